@@ -231,16 +231,19 @@ class LLaDA2MoE(nn.Module):
         return KVCache(self.config, batch, max_len, self.dtype, self.device)
 
     def forward(self, input_ids: torch.Tensor, start: int = 0, mask: torch.Tensor | None = None,
-                cache: KVCache | None = None, hidden_only: bool = False) -> torch.Tensor:
+                cache: KVCache | None = None, positions: torch.Tensor | None = None,
+                hidden_only: bool = False) -> torch.Tensor:
         """input_ids (B, T) at absolute positions start..start+T-1 -> fp32 logits (B, T, V).
 
         mask: bool (T, S) with S = start+T keys when a cache is given, else S = T; None = all visible.
         With a cache, keys/values of positions [0, start) are read from it and this call's are written
-        at [start, start+T) (committed only by `cache.commit`)."""
+        at [start, start+T) (committed only by `cache.commit`). positions (T,) overrides the absolute
+        positions used by RoPE (training lays a clean and a noisy copy of a sequence side by side)."""
         B, T = input_ids.shape
         if cache is None and start:
             raise ValueError("start > 0 needs a KV cache holding the earlier positions")
-        positions = torch.arange(start, start + T, device=input_ids.device)
+        if positions is None:
+            positions = torch.arange(start, start + T, device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)
         x = self.word_embeddings(input_ids)  # (B, T, H)
         for layer in self.layers:

@@ -1,0 +1,133 @@
+"""Command line: `python -m llada generate --model DIR --prompt TEXT [options]`.
+
+Without --json it prints the generated text and a one-line summary; with --json one object with
+output_ids, text, num_decode_forwards, num_cache_forwards, block_states_before_each_forward, tpf, tps,
+drafts, edits, mbe_edits. Explicit thresholds override the mode's; the model's own presets
+(presets.json) define the modes when it ships them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+MODES = ("S", "Q", "M2T")
+
+
+def _threshold(text: str) -> float | None:
+    if text.lower() in ("off", "none"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'off', got {text!r}") from None
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids such as 1,2,3, got {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("--prompt-ids is empty")
+    return ids
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llada", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode one prompt")
+    g.add_argument("--model", required=True, help="Hugging Face model directory (config.json + safetensors)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (needs the model's tokenizer)")
+    src.add_argument("--prompt-ids", type=_ids, help="prompt token ids, comma-separated")
+    g.add_argument("--mode", default="S", type=str.upper, choices=MODES, help="preset (default S)")
+    g.add_argument("--threshold", type=float, help="tau_mask: draft a mask when p > this")
+    g.add_argument("--editing-threshold", type=_threshold, default=argparse.SUPPRESS,
+                   help="tau_edit: edit a token when p > this; 0 edits every changed token; 'off' disables")
+    g.add_argument("--no-edit", action="store_true", help="switch editing (T2T) off")
+    g.add_argument("--max-post-steps", type=int)
+    g.add_argument("--block-length", type=int)
+    g.add_argument("--gen-length", type=int)
+    g.add_argument("--eos-early-stop", action="store_true", help="stop after a finished block holds EOS")
+    g.add_argument("--mask-id", type=int, help="mask token id (default: from config or tokenizer)")
+    g.add_argument("--eos-id", type=int, help="EOS token id (default: from config or tokenizer)")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--mbe", action="store_true", help="Multi-Block Editing: earlier blocks stay editable")
+    g.add_argument("--mbe-window", type=int, help="finished blocks kept editable by MBE (default 1)")
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every forward")
+    g.add_argument("--chat", choices=("auto", "on", "off"), default="auto", help="wrap the prompt in the chat template")
+    g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--quantize", choices=("none", "fp8"), default="none", help="FP8 routed experts")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def decode_config(pipe, args):
+    overrides = {"threshold": args.threshold, "max_post_steps": args.max_post_steps,
+                 "block_length": args.block_length, "gen_length": args.gen_length,
+                 "mbe_window": args.mbe_window, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if hasattr(args, "editing_threshold"):
+        overrides["editing_threshold"] = args.editing_threshold
+    if args.no_edit:
+        overrides["editing_threshold"] = None
+    overrides |= {"eos_early_stop": args.eos_early_stop, "temperature": args.temperature,
+                  "mbe": args.mbe, "use_cache": not args.no_cache}
+    return pipe.config(args.mode, **overrides)
+
+
+def run_generate(args) -> dict:
+    import torch
+
+    from .pipeline import Pipeline
+
+    pipe = Pipeline.load(args.model, dtype=getattr(torch, args.dtype), device=args.device,
+                         mask_id=args.mask_id, eos_id=args.eos_id)
+    if args.quantize == "fp8":
+        from .quantize import quantize_model_fp8
+
+        quantize_model_fp8(pipe.model)
+    cfg = decode_config(pipe, args)
+    chat = {"auto": None, "on": True, "off": False}[args.chat]
+    ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
+    result = pipe.generate(ids, cfg)
+    out = result.summary()
+    out.pop("seconds")
+    if pipe.tokenizer is not None:
+        out["text"] = pipe.decode_text(result.output_ids)
+    return out
+
+
+def _encode(pipe, text: str, chat) -> list[int]:
+    if not text.strip():
+        raise ValueError("the prompt is empty: type some text")
+    return pipe.encode(text, chat=chat)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .checkpoint import CheckpointError
+
+    try:
+        out = run_generate(args)
+    except (CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(out.get("text", " ".join(map(str, out["output_ids"]))))
+        print(f"[{len(out['output_ids'])} tokens, {out['num_decode_forwards']} decode + {out['num_cache_forwards']} "
+              f"cache forwards, TPF {out['tpf']:.2f}, TPS {out['tps']:.1f}, drafts {out['drafts']}, "
+              f"edits {out['edits']}, MBE edits {out['mbe_edits']}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

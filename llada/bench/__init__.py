@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m llada.bench decode|kernels|forward` (each writes JSON)."""

@@ -1,0 +1,24 @@
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, kernels, forward)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {"decode": "decode speed with the KV cache on and off",
+           "kernels": "FP8 fused-MoE layer time and bandwidth",
+           "forward": "one LLaDA2.1-mini-shaped forward"}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHES:
+        print("usage: python -m llada.bench {" + ",".join(BENCHES) + "} [options]\n", file=sys.stderr)
+        for name, what in BENCHES.items():
+            print(f"  {name:8s} {what}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"llada.bench.{argv[0]}")
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

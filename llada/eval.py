@@ -1,0 +1,189 @@
+"""Score | TPF in miniature: accuracy and speed of every decoding mode on held-out task items.
+
+    python -m llada.eval --model assets/model --n 50 --seed 0            # a readable table
+    python -m llada.eval --model assets/model --n 50 --seed 0 --json     # the stable JSON shape
+
+For each mode the same items are decoded through `Pipeline.generate` (the one decode loop):
+
+    S         the model's S preset (low tau_mask: many drafts per forward, edits repair them)
+    Q         the Q preset (careful drafting, editing on)
+    M2T       drafting only (LLaDA2.0-like)
+    S_noedit  S's tau_mask with editing off: what the edits in S are worth
+    S_MBE     S with Multi-Block Editing: finished blocks stay editable while the next one decodes
+
+Reported per task and overall: accuracy (exact match of the answer text), TPF (generated tokens /
+all forwards, cache refreshes included), TPS (generated tokens / generation seconds) and edits per
+100 generated tokens (T2T and MBE edits). Every run stops at the first finished block holding EOS
+(`eos_early_stop`), as the answers are short. `--split train` draws items the model may have seen,
+for tuning presets without touching the held-out ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+
+from .tasks import TASKS, Item, eval_items
+
+MODES = {  # report name -> (preset, overrides)
+    "S": ("S", {}),
+    "Q": ("Q", {}),
+    "M2T": ("M2T", {}),
+    "S_noedit": ("S", {"editing_threshold": None}),
+    "S_MBE": ("S", {"mbe": True}),
+}
+
+CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(text):\n",
+                "def read_config(path):\n", "def mean(values):\n")
+
+
+@dataclass
+class Tally:
+    """Running totals of one mode on one task."""
+
+    correct: int = 0
+    items: int = 0
+    tokens: int = 0
+    forwards: int = 0
+    seconds: float = 0.0
+    edits: int = 0
+
+    def add(self, other: "Tally") -> None:
+        for name in ("correct", "items", "tokens", "forwards", "seconds", "edits"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def summary(self) -> dict:
+        return {"accuracy": self.correct / max(self.items, 1), "tpf": self.tokens / max(self.forwards, 1),
+                "tps": self.tokens / self.seconds if self.seconds else 0.0,
+                "edits_per_100": 100.0 * self.edits / max(self.tokens, 1)}
+
+
+@dataclass
+class ModeReport:
+    threshold: float
+    editing_threshold: float | None
+    tasks: dict[str, Tally] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        total = Tally()
+        for tally in self.tasks.values():
+            total.add(tally)
+        overall = total.summary()
+        # accuracy averaged over tasks (equal weight per task, as the paper averages benchmarks)
+        overall["accuracy"] = sum(t.summary()["accuracy"] for t in self.tasks.values()) / max(len(self.tasks), 1)
+        per_task = {name: {"accuracy": t.summary()["accuracy"], "tpf": t.summary()["tpf"]}
+                    for name, t in self.tasks.items()}
+        return {"threshold": self.threshold, "editing_threshold": self.editing_threshold, **overall,
+                "tasks": per_task}
+
+
+def score_item(pipe, item: Item, cfg) -> Tally:
+    """Decode one prompt and check its answer."""
+    result = pipe.generate(pipe.encode(item.prompt), cfg)
+    text = pipe.decode_text([t for t in result.output_ids if t != pipe.eos_id])
+    return Tally(correct=int(item.check(text)), items=1, tokens=len(result.output_ids), forwards=result.forwards,
+                 seconds=result.seconds, edits=result.edits + result.mbe_edits)
+
+
+def mode_config(pipe, mode: str, gen_length: int):
+    preset, overrides = MODES[mode]
+    return pipe.config(preset, gen_length=gen_length, eos_early_stop=True, **overrides)
+
+
+def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None = None,
+             split: str = "eval", gen_length: int = 32, progress: bool = True) -> dict:
+    """The report of every mode on the same `n` items per task (the JSON shape of UI_CONTRACT.md)."""
+    from tqdm import tqdm
+
+    modes = modes or list(MODES)
+    items = {task: eval_items(task, n, seed, split) for task in tasks}
+    pipe.generate(pipe.encode("1+1="), mode_config(pipe, "S", gen_length))  # warm-up, not timed
+    bar = tqdm(total=len(modes) * sum(map(len, items.values())), desc="eval", file=sys.stderr,
+               disable=not progress)
+    out = {}
+    for mode in modes:
+        cfg = mode_config(pipe, mode, gen_length)
+        report = ModeReport(cfg.threshold, cfg.editing_threshold)
+        for task, task_items in items.items():
+            tally = Tally()
+            for item in task_items:
+                tally.add(score_item(pipe, item, cfg))
+                bar.update(1)
+            report.tasks[task] = tally
+        out[mode] = report.to_dict()
+        bar.set_postfix(mode=mode, acc=f"{out[mode]['accuracy']:.2f}", tpf=f"{out[mode]['tpf']:.2f}")
+    bar.close()
+    return {"model": pipe.name, "seed": seed, "n": n, "modes": out}
+
+
+def format_table(report: dict) -> str:
+    """Markdown table: one row per mode, overall columns then per-task accuracy."""
+    modes = report["modes"]
+    tasks = list(next(iter(modes.values()))["tasks"])
+    head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc | TPF" for t in tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in modes.items():
+        edit = "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"
+        cells = [name, f"{m['threshold']:g}", edit, f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
+                 f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}"]
+        cells += [f"{100 * m['tasks'][t]['accuracy']:.0f} \\| {m['tasks'][t]['tpf']:.2f}" for t in tasks]
+        lines.append("| " + " | ".join(cells) + " |")
+    return f"model {report['model']}, seed {report['seed']}, n {report['n']} per task\n\n" + "\n".join(lines)
+
+
+def code_samples(pipe, prompts=CODE_PROMPTS, mode: str = "S", gen_length: int = 128) -> list[dict]:
+    """Free-text generations for code prompts (not scored): prompt, output text, TPF, edits."""
+    out = []
+    for prompt in prompts:
+        result = pipe.generate(pipe.encode(prompt), pipe.config(mode, gen_length=gen_length))
+        out.append({"prompt": prompt, "text": pipe.decode_text(result.output_ids), "tokens": len(result.output_ids),
+                    "tpf": result.tpf, "tps": result.tps, "edits": result.edits})
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m llada.eval", description="Accuracy | TPF of every decoding mode.")
+    ap.add_argument("--model", default="assets/model", help="model directory")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--n", type=int, default=50, help="items per task")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", choices=("eval", "train"), default="eval")
+    ap.add_argument("--gen-length", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--json", action="store_true", help="print the JSON report only")
+    ap.add_argument("--samples", action="store_true", help="also print code samples (S mode, 128 tokens)")
+    args = ap.parse_args(argv)
+    for name, allowed in (("tasks", TASKS), ("modes", MODES)):
+        bad = [x for x in getattr(args, name).split(",") if x not in allowed]
+        if bad:
+            ap.error(f"unknown {name[:-1]} {bad[0]!r}; choose from {', '.join(allowed)}")
+    if args.n < 1:
+        ap.error("--n must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from .pipeline import Pipeline
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    pipe = Pipeline.load(args.model)
+    report = evaluate(pipe, args.tasks.split(","), args.n, args.seed, args.modes.split(","), args.split,
+                      args.gen_length)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report))
+    if args.samples:
+        for s in code_samples(pipe):
+            print(f"\n--- {s['prompt']!r}  ({s['tokens']} tokens, TPF {s['tpf']:.2f}, {s['tps']:.0f} tok/s)")
+            print(s["prompt"] + s["text"])
+
+
+if __name__ == "__main__":
+    main()

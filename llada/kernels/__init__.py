@@ -1,0 +1,75 @@
+"""FP8 kernels for the GPU engine, each with a readable PyTorch reference of the same contract.
+
+    quantize_weight_fp8(w)        (..., N, K) -> fp8 codes + one fp32 scale per 128x128 tile
+    quantize_act_fp8(x)           (M, K)      -> fp8 codes + one fp32 scale per token and 128 along K
+    fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)   routed experts, (T, H) -> (T, H)
+    fp8_linear(x, w, w_scale)     (..., K) @ w (N, K)^T -> (..., N)
+
+Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
+`fp8.py` / `fused_moe.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
+imported only when it is chosen, so this package imports without a GPU and without triton. The
+format and the kernels are explained in `llada/kernels/fp8.py` and `llada/kernels/fused_moe.py`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+
+import torch
+
+from . import reference
+
+IMPLS = ("auto", "triton", "torch")
+
+
+def resolve_impl(impl: str, x: torch.Tensor) -> str:
+    """'auto' -> 'triton' for CUDA tensors, 'torch' otherwise; checks that the choice can run."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    if impl == "auto":
+        return "triton" if x.is_cuda and triton_available() else "torch"
+    if impl == "triton":
+        if not triton_available():
+            raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
+        if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("impl='triton' runs on CUDA tensors (on CPU only under Triton's "
+                               "interpreter, TRITON_INTERPRET=1 set before triton is imported)")
+    return impl
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _module(impl: str, x: torch.Tensor, name: str):
+    if resolve_impl(impl, x) == "torch":
+        return reference
+    return importlib.import_module(f".{name}", __name__)
+
+
+def quantize_weight_fp8(w: torch.Tensor, impl: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """w (..., N, K) -> fp8 (..., N, K) and fp32 scales (..., ceil(N/128), ceil(K/128))."""
+    return _module(impl, w, "fp8").quantize_weight_fp8(w)
+
+
+def quantize_act_fp8(x: torch.Tensor, impl: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) -> fp8 (M, K) and fp32 scales (M, ceil(K/128))."""
+    return _module(impl, x, "fp8").quantize_act_fp8(x)
+
+
+def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
+                  w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                  impl: str = "auto") -> torch.Tensor:
+    """x (T, H), fp8 w13 (E, 2I, H) / w2 (E, H, I) with tile scales, ids/weights (T, K) -> (T, H)."""
+    return _module(impl, x, "fused_moe").fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)
+
+
+def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: str = "auto") -> torch.Tensor:
+    """x (..., K) @ fp8 w (N, K)^T with tile scales -> (..., N) in x.dtype."""
+    return _module(impl, x, "fused_moe").fp8_linear(x, w, w_scale)
+
+
+__all__ = ["IMPLS", "resolve_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
+           "fused_moe_fp8", "fp8_linear", "reference"]

@@ -1,0 +1,107 @@
+"""FP8 (e4m3) block quantization: the format, the scales, the layout, and the Triton kernels.
+
+The format. `float8_e4m3fn` has 1 sign bit, 4 exponent bits (bias 7) and 3 mantissa bits: normal
+numbers are (1 + m/8) * 2^(e-7) up to the largest finite value 448; below 2^-6 come subnormals in
+steps of 2^-9. There is no infinity; 8 values per power of two means a relative step of 6-12%.
+
+The scales. A tensor is cut into pieces and each piece gets one fp32 scale s = amax / 448, so that
+its largest |value| maps onto 448: stored q = round(x / s), real value ~ q * s. Small pieces keep
+an outlier from crushing its neighbours to zero.
+
+    weights      (..., N, K): one scale per 128 x 128 tile      -> scale (..., ceil(N/128), ceil(K/128))
+    activations  (M, K):      one scale per token and 128 along K -> scale (M, ceil(K/128))
+
+Shapes need not be multiples of 128: the last tile is partial, its missing elements count as zero.
+A GEMM that walks K in steps of 128 then meets exactly one activation scale per row and one weight
+scale per output column at each step: acc += (q_a @ q_w^T) * s_a[:, None] * s_w[None, :], in fp32.
+
+Rounding. x / s is saturated to +-448 and rounded to nearest-even on the e4m3 grid *in fp32*, then
+cast; the cast is then exact on every backend. (Triton's CPU interpreter casts neither saturating
+nor rounding like the GPU.) The division is IEEE (`div_rn`), so scales and codes match the PyTorch
+reference in `llada.kernels.reference` bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .reference import AMAX_FLOOR, FP8, FP8_MAX, GROUP
+
+
+@triton.jit
+def round_e4m3(v):
+    """fp32 -> the nearest-even float8_e4m3fn value, still in fp32 (saturates at +-448)."""
+    mag = tl.minimum(tl.abs(v), 448.0)
+    mag_bits = mag.to(tl.int32, bitcast=True)
+    sign_bit = v.to(tl.int32, bitcast=True) ^ tl.abs(v).to(tl.int32, bitcast=True)
+    exponent = tl.maximum((mag_bits >> 23) - 127, -6)  # below 2^-6 the step stays 2^-9 (subnormals)
+    step = ((exponent - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 2^(e-3): 3 mantissa bits
+    magic = step * 12582912.0  # 1.5 * 2^23 * step: adding it rounds to a multiple of step (RNE)
+    rounded = (mag + magic) - magic
+    return (rounded.to(tl.int32, bitcast=True) | sign_bit).to(tl.float32, bitcast=True)  # sign kept, -0 too
+
+
+@triton.jit
+def quantize_tile(x, amax, FP8_MAX: tl.constexpr, AMAX_FLOOR: tl.constexpr):
+    """x (fp32) with its amax (broadcastable) -> (codes as float8e4nv, scale fp32)."""
+    scale = tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX)
+    return round_e4m3(tl.math.div_rn(x, scale)).to(tl.float8e4nv), scale
+
+
+@triton.jit
+def _weight_kernel(w_ptr, q_ptr, s_ptr, N, K,
+                   stride_we, stride_wn, stride_wk, stride_qe, stride_qn, stride_qk,
+                   stride_se, stride_sn, stride_sk,
+                   TILE: tl.constexpr, FP8_MAX: tl.constexpr, AMAX_FLOOR: tl.constexpr):
+    e, tn, tk = tl.program_id(0), tl.program_id(1), tl.program_id(2)  # one program per tile
+    rows = tn * TILE + tl.arange(0, TILE)
+    cols = tk * TILE + tl.arange(0, TILE)
+    mask = (rows < N)[:, None] & (cols < K)[None, :]
+    w = tl.load(w_ptr + e * stride_we + rows[:, None] * stride_wn + cols[None, :] * stride_wk,
+                mask=mask, other=0.0).to(tl.float32)  # (TILE, TILE)
+    q, scale = quantize_tile(w, tl.max(tl.max(tl.abs(w), axis=1), axis=0), FP8_MAX, AMAX_FLOOR)
+    tl.store(q_ptr + e * stride_qe + rows[:, None] * stride_qn + cols[None, :] * stride_qk, q, mask=mask)
+    tl.store(s_ptr + e * stride_se + tn * stride_sn + tk * stride_sk, scale)
+
+
+def quantize_weight_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (..., N, K) -> fp8 (..., N, K) and fp32 scales (..., ceil(N/128), ceil(K/128))."""
+    assert w.dim() in (2, 3), f"weights are (N, K) or (E, N, K), got {tuple(w.shape)}"
+    w3 = w if w.dim() == 3 else w[None]  # (E, N, K)
+    E, N, K = w3.shape
+    q = torch.empty(E, N, K, dtype=FP8, device=w.device)
+    s = torch.empty(E, triton.cdiv(N, GROUP), triton.cdiv(K, GROUP), dtype=torch.float32, device=w.device)
+    grid = (E, s.shape[1], s.shape[2])
+    _weight_kernel[grid](w3, q, s, N, K, *w3.stride(), *q.stride(), *s.stride(),
+                         TILE=GROUP, FP8_MAX=FP8_MAX, AMAX_FLOOR=AMAX_FLOOR)
+    return (q, s) if w.dim() == 3 else (q[0], s[0])
+
+
+@triton.jit
+def _act_kernel(x_ptr, q_ptr, s_ptr, M, K,
+                stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
+                BLOCK_M: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr, AMAX_FLOOR: tl.constexpr):
+    pid_m, g = tl.program_id(0), tl.program_id(1)  # BLOCK_M tokens x one group of GROUP along K
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = g * GROUP + tl.arange(0, GROUP)
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)  # (BLOCK_M, GROUP)
+    q, scale = quantize_tile(x, tl.max(tl.abs(x), axis=1)[:, None], FP8_MAX, AMAX_FLOOR)
+    tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :] * stride_qk, q, mask=mask)
+    tl.store(s_ptr + rows[:, None] * stride_sm + g * stride_sk, scale, mask=(rows < M)[:, None])
+
+
+def quantize_act_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) -> fp8 (M, K) and fp32 scales (M, ceil(K/128)), one per token and 128-wide group."""
+    assert x.dim() == 2, f"activations are (M, K), got {tuple(x.shape)}"
+    M, K = x.shape
+    q = torch.empty(M, K, dtype=FP8, device=x.device)
+    s = torch.empty(M, triton.cdiv(K, GROUP), dtype=torch.float32, device=x.device)
+    BLOCK_M = 16
+    grid = (triton.cdiv(M, BLOCK_M), s.shape[1])
+    _act_kernel[grid](x, q, s, M, K, *x.stride(), *q.stride(), *s.stride(),
+                      BLOCK_M=BLOCK_M, GROUP=GROUP, FP8_MAX=FP8_MAX, AMAX_FLOOR=AMAX_FLOOR)
+    return q, s

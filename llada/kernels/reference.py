@@ -1,0 +1,100 @@
+"""Readable PyTorch references for the FP8 kernels: same signatures and contracts as the Triton ones.
+
+These are the definitions the Triton kernels are tested against, and the path the engine takes on
+CPU. They favour clarity over speed: quantize by reshaping into tiles, dequantize, multiply in fp32.
+Letter legend: M rows (tokens), N output features, K reduction dim, E experts, T tokens, H hidden,
+I expert width, G = 128 the tile / group size. See `llada.kernels.fp8` for the format itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+GROUP = 128  # tile edge for weights, group length for activations
+AMAX_FLOOR = 1e-12  # an all-zero tile gets a tiny scale instead of 0 (no 0/0)
+
+
+def _pad_to(x: torch.Tensor, dim: int, multiple: int) -> torch.Tensor:
+    """Zero-pad `dim` of x up to a multiple of `multiple` (zeros leave an amax unchanged)."""
+    extra = -x.shape[dim] % multiple
+    if not extra:
+        return x
+    pad = [0, 0] * (x.dim() - 1 - dim % x.dim()) + [0, extra]
+    return F.pad(x, pad)
+
+
+def _to_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x / scale, saturated to +-448, rounded to nearest-even e4m3."""
+    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+def _scale_of(amax: torch.Tensor) -> torch.Tensor:
+    return amax.clamp(min=AMAX_FLOOR) / FP8_MAX
+
+
+def quantize_weight_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (..., N, K) -> fp8 (..., N, K) and fp32 scales (..., ceil(N/G), ceil(K/G)), one per GxG tile."""
+    *lead, N, K = w.shape
+    nN, nK = math.ceil(N / GROUP), math.ceil(K / GROUP)
+    padded = _pad_to(_pad_to(w.float(), -1, GROUP), -2, GROUP)  # (..., nN*G, nK*G)
+    tiles = padded.reshape(*lead, nN, GROUP, nK, GROUP)
+    scale = _scale_of(tiles.abs().amax(dim=(-3, -1)))  # (..., nN, nK)
+    q = _to_fp8(w.float(), expand_weight_scale(scale, N, K))
+    return q, scale
+
+
+def expand_weight_scale(scale: torch.Tensor, N: int, K: int) -> torch.Tensor:
+    """Tile scales (..., nN, nK) -> one scale per element (..., N, K)."""
+    return scale.repeat_interleave(GROUP, -2)[..., :N, :].repeat_interleave(GROUP, -1)[..., :K]
+
+
+def dequantize_weight_fp8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp8 (..., N, K) with tile scales -> fp32 (..., N, K)."""
+    return q.float() * expand_weight_scale(scale, q.shape[-2], q.shape[-1])
+
+
+def quantize_act_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) -> fp8 (M, K) and fp32 scales (M, ceil(K/G)), one per token and 128-wide group."""
+    M, K = x.shape
+    groups = _pad_to(x.float(), -1, GROUP).view(M, math.ceil(K / GROUP), GROUP)  # (M, nK, G)
+    scale = _scale_of(groups.abs().amax(dim=-1))  # (M, nK)
+    q = _to_fp8(x.float(), scale.repeat_interleave(GROUP, -1)[:, :K])
+    return q, scale
+
+
+def dequantize_act_fp8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp8 (M, K) with group scales (M, nK) -> fp32 (M, K)."""
+    return q.float() * scale.repeat_interleave(GROUP, -1)[:, :q.shape[-1]]
+
+
+def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ fp8 w (N, K)^T -> (..., N) in x.dtype; activations quantized per token group."""
+    flat = x.reshape(-1, x.shape[-1])
+    a = dequantize_act_fp8(*quantize_act_fp8(flat))  # (M, K) fp32
+    y = a @ dequantize_weight_fp8(w, w_scale).T  # (M, N) fp32
+    return y.to(x.dtype).view(*x.shape[:-1], w.shape[0])
+
+
+def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
+                  w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Routed experts with FP8 weights: x (T, H), ids (T, K), weights (T, K) -> (T, H) in x.dtype.
+
+    w13 (E, 2I, H) fp8 = gate rows then up rows, w13_scale (E, ceil(2I/G), ceil(H/G));
+    w2 (E, H, I) fp8, w2_scale (E, ceil(H/G), ceil(I/G)). out = sum_k weights[:, k] * expert_k(x),
+    expert(x) = down(silu(gate(x)) * up(x)), with x and the intermediate quantized per token group."""
+    T, H = x.shape
+    I = w2.shape[-1]
+    a = dequantize_act_fp8(*quantize_act_fp8(x))  # (T, H) fp32
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    for e in ids.unique().tolist():
+        token, slot = (ids == e).nonzero(as_tuple=True)  # pairs routed to expert e
+        gate, up = (a[token] @ dequantize_weight_fp8(w13[e], w13_scale[e]).T).split(I, dim=-1)  # (n, I)
+        h = dequantize_act_fp8(*quantize_act_fp8(F.silu(gate) * up))  # (n, I) fp32
+        y = h @ dequantize_weight_fp8(w2[e], w2_scale[e]).T  # (n, H)
+        out.index_add_(0, token, y * weights[token, slot, None].float())
+    return out.to(x.dtype)

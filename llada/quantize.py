@@ -1,0 +1,96 @@
+"""FP8 runtime modules and the one-time converter that swaps them into a loaded model.
+
+`quantize_model_fp8(model)` replaces every routed-expert block `layer.mlp.experts` (an `Experts`
+module with w13 (E, 2I, H) and w2 (E, H, I)) by an `FP8Experts` holding float8_e4m3fn weights and
+one fp32 scale per 128x128 tile, quantized once here. With `dense=True` the dense linears of the
+layers (attention projections, dense SwiGLU, shared experts) become `FP8Linear` too; the router and
+the embeddings / lm_head stay as they are. Forward contracts do not change, so the decode loop is
+untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA, PyTorch else.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import kernels
+from .model import Experts, LLaDA2MoE
+
+
+class FP8Experts(nn.Module):
+    """Routed experts with fp8 weights: forward(x (T, H), ids (T, K), weights (T, K)) -> (T, H)."""
+
+    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, impl: str = "auto"):
+        super().__init__()
+        kernels.resolve_impl(impl, w13)
+        self.impl = impl
+        q13, s13 = kernels.quantize_weight_fp8(w13.detach(), impl)  # (E, 2I, H), (E, 2I/128, H/128)
+        q2, s2 = kernels.quantize_weight_fp8(w2.detach(), impl)  # (E, H, I), (E, H/128, I/128)
+        self.register_buffer("w13", q13)
+        self.register_buffer("w13_scale", s13)
+        self.register_buffer("w2", q2)
+        self.register_buffer("w2_scale", s2)
+
+    @classmethod
+    def from_experts(cls, experts: Experts, impl: str = "auto") -> "FP8Experts":
+        return cls(experts.w13, experts.w2, impl)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return kernels.fused_moe_fp8(x, self.w13, self.w13_scale, self.w2, self.w2_scale, ids, weights,
+                                     impl=self.impl)
+
+    def extra_repr(self) -> str:
+        E, I2, H = self.w13.shape
+        return f"experts={E}, hidden={H}, inner={I2 // 2}, fp8 128x128 tiles, impl={self.impl}"
+
+
+class FP8Linear(nn.Module):
+    """A bias-free linear layer with fp8 weights (N, K) and 128x128 tile scales."""
+
+    def __init__(self, weight: torch.Tensor, impl: str = "auto"):
+        super().__init__()
+        kernels.resolve_impl(impl, weight)
+        self.impl = impl
+        q, s = kernels.quantize_weight_fp8(weight.detach(), impl)  # (N, K), (N/128, K/128)
+        self.register_buffer("weight", q)
+        self.register_buffer("weight_scale", s)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.fp8_linear(x, self.weight, self.weight_scale, impl=self.impl)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp8, impl={self.impl}"
+
+
+def _quantize_linears(module: nn.Module, impl: str) -> int:
+    """Swap every nn.Linear below `module` for an FP8Linear; returns how many."""
+    swapped = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear) and child.bias is None:
+            setattr(module, name, FP8Linear(child.weight, impl))
+            swapped += 1
+        else:
+            swapped += _quantize_linears(child, impl)
+    return swapped
+
+
+@torch.no_grad()
+def quantize_model_fp8(model: LLaDA2MoE, impl: str = "auto", dense: bool = False) -> LLaDA2MoE:
+    """Quantize `model` in place (routed experts; with dense=True also the layers' dense linears)."""
+    kernels.resolve_impl(impl, model.word_embeddings.weight)
+    for layer in model.layers:
+        experts = getattr(layer.mlp, "experts", None)
+        if isinstance(experts, Experts):
+            layer.mlp.experts = FP8Experts.from_experts(experts, impl)
+        if dense:
+            _quantize_linears(layer.attention, impl)
+            _quantize_linears(layer.mlp, impl)  # dense SwiGLU or the shared experts (router is not a Linear)
+    return model

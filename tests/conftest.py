@@ -1,0 +1,87 @@
+"""Shared test fixtures: the reference checkpoint, and a tiny random model with a real tokenizer.
+
+Sizes are odd on purpose (vocab from a small BPE, hidden 48, 3 heads) so that shape bugs fail loudly.
+Real LLaDA2.1-mini: hidden 2048, 20 layers, 256 experts top-8.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "llada2_tiny_ref"
+
+TINY_TEXT = [
+    "def add(a, b):\n    return a + b\n",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "12 + 34 = 46\nsort: 3 1 2 -> 1 2 3\nreverse: abc -> cba\n",
+    "The quick brown fox jumps over the lazy dog. <b>bold</b> & 'quotes'\n",
+]
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    if not FIXTURE.exists():
+        pytest.skip(f"reference fixture not found at {FIXTURE}")
+    return FIXTURE
+
+
+@pytest.fixture(scope="session")
+def golden(fixture_dir) -> dict:
+    return json.loads((fixture_dir / "golden.json").read_text())
+
+
+def train_tiny_tokenizer(out: Path, vocab_size: int = 300) -> None:
+    """A byte-level BPE with <|endoftext|> and <|mask|>, saved for transformers.AutoTokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|mask|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TINY_TEXT * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   mask_token="<|mask|>")
+    fast.save_pretrained(str(out))
+
+
+def make_tiny_model_dir(out: Path, seed: int = 0, **overrides) -> Path:
+    from llada.checkpoint import save_model
+    from llada.config import ModelConfig
+    from llada.model import LLaDA2MoE
+
+    out.mkdir(parents=True, exist_ok=True)
+    train_tiny_tokenizer(out)
+    vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+    n_vocab = max(len(vocab) + 2, 260)
+    cfg = ModelConfig(**({"vocab_size": n_vocab, "hidden_size": 48, "num_hidden_layers": 3,
+                          "num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 16,
+                          "partial_rotary_factor": 0.5, "intermediate_size": 72, "moe_intermediate_size": 24,
+                          "num_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
+                          "num_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5,
+                          "max_position_embeddings": 1024, "rope_theta": 10000.0} | overrides))
+    torch.manual_seed(seed)
+    model = LLaDA2MoE(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+        for layer in model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight.fill_(1.0)
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(out))
+    save_model(model, out, extra_config={"eos_token_id": hf.eos_token_id, "mask_token_id": hf.mask_token_id,
+                                         "name": "tiny-random"})
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A random LLaDA2 MoE checkpoint (Hugging Face layout) with a real BPE tokenizer."""
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))

@@ -1,0 +1,55 @@
+"""A model directory with a real tokenizer: text in, text out, presets from the directory."""
+
+import json
+
+import pytest
+
+from llada.checkpoint import CheckpointError
+from llada.pipeline import Pipeline
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_model_dir):
+    return Pipeline.load(tiny_model_dir)
+
+
+def test_special_ids_come_from_the_directory(pipe):
+    hf = pipe.tokenizer.hf
+    assert pipe.mask_id == hf.convert_tokens_to_ids("<|mask|>")
+    assert pipe.eos_id == hf.eos_token_id
+
+
+def test_text_round_trip_and_token_pieces(pipe):
+    text = "def add(a, b):\n    return a + b"
+    ids = pipe.encode(text)
+    assert pipe.decode_text(ids) == text
+    assert "".join(pipe.token_texts(ids)) == text
+    assert pipe.token_texts([pipe.mask_id, pipe.eos_id]) == ["[MASK]", "<|endoftext|>"]
+
+
+def test_generate_from_text(pipe):
+    result = pipe.generate(pipe.encode("def add("), pipe.config("Q", gen_length=20, block_length=8))
+    assert 0 < len(result.output_ids) <= 20
+    assert isinstance(pipe.decode_text(result.output_ids), str)
+
+
+def test_model_presets_override_the_official_ones(tiny_model_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, d)
+    (d / "presets.json").write_text(json.dumps({"S": {"threshold": 0.3, "editing_threshold": 0.1,
+                                                      "block_length": 16}}))
+    p = Pipeline.load(d)
+    assert p.config("S").threshold == 0.3 and p.config("S").block_length == 16
+    assert p.config("Q").threshold == 0.7  # untouched modes keep the official values
+    (d / "presets.json").write_text(json.dumps({"S": {"threshold": 3}}))
+    with pytest.raises(CheckpointError, match="presets.json: invalid presets"):
+        Pipeline.load(d)
+
+
+def test_text_prompt_without_tokenizer(fixture_dir):
+    p = Pipeline.load(fixture_dir)
+    assert (p.mask_id, p.eos_id) == (258, 257)  # last vocabulary id; pad_token_id
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        p.encode("hello")

@@ -1,0 +1,187 @@
+"""The token canvas: one HTML element per position, in the state it has after a given step.
+
+States (the `data-state` of each `.tok`, styled by assets/style.css):
+
+* `prompt` — a prompt token; `mask` — still masked (drawn in the active block, counted beyond it);
+* `draft` — filled from a mask at the shown step (M2T); `edit` — replaced at the shown step inside the
+  active block (T2T), drawn as old → new; `mbe` — replaced at the shown step in an earlier block;
+* `stable` — a generated token that did not change at the shown step.
+
+Shading: `--p` is the confidence that wrote the token (CSS maps it to opacity). Every token text and
+tooltip is HTML-escaped. The renderer is pure: a Trace and a step in, an HTML string out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from .trace import Trace, changes
+
+STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
+LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
+          ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"))
+
+
+@dataclass
+class Cell:
+    pos: int
+    block: int
+    state: str
+    token: int
+    p: float | None = None  # confidence that wrote the token (this step, or when it was last written)
+    prev: int | None = None  # the token an edit replaced
+    tip: str = ""
+    ghost: int | None = None  # the model's guess for a mask at this step
+    hidden: bool = False  # a mask beyond the active block
+    cut: bool = False  # after the output's end (past gen_length or the first EOS)
+
+
+def _history(trace: Trace, step: int) -> tuple[list[int], dict[int, tuple[int, str, float]]]:
+    """The sequence after `step`, and for each written position (step, how, p) of its last write."""
+    tokens = trace.prompt_ids + [trace.mask_id] * (trace.length - trace.prompt_length)
+    written: dict[int, tuple[int, str, float]] = {}
+    for k in range(1, step + 1):
+        record = trace.step_record(k)
+        for how, key in (("draft", "drafts"), ("edit", "edits"), ("MBE edit", "mbe")):
+            for item in record[key]:
+                tokens[item[0]] = item[1]
+                written[item[0]] = (k, how, item[-1])
+    return tokens, written
+
+
+def _fmt_tau(value) -> str:
+    return "off" if value is None else f"{value:.2f}"
+
+
+def _tip(trace: Trace, cell: Cell, record: dict | None, written: dict) -> str:
+    q = f'#{cell.pos} "{trace.text(cell.token)}"'
+    if cell.state == "prompt":
+        return f"{q} · prompt"
+    if cell.state == "mask":
+        if cell.ghost is None:
+            return f"#{cell.pos} mask"
+        p = record["confidence"][cell.pos - record["window"][0]]
+        return f'#{cell.pos} mask · model\'s guess "{trace.text(cell.ghost)}" p={p:.2f}'
+    if cell.state == "draft":
+        tau = record["threshold"]
+        rule = f"> τ_mask {tau:.2f}" if cell.p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
+        return f"{q} · drafted at step {record['step']} · p={cell.p:.2f} {rule}"
+    if cell.state in ("edit", "mbe"):
+        how = "T2T edit" if cell.state == "edit" else f"MBE edit of block {cell.block}"
+        return (f'{q} replaced "{trace.text(cell.prev)}" at step {record["step"]} · {how} · '
+                f"p={cell.p:.2f} > τ_edit {_fmt_tau(record['editing_threshold'])}")
+    k, how, p = written[cell.pos]
+    return f"{q} · written at step {k} ({how}, p={p:.2f})"
+
+
+def cells(trace: Trace, step: int, ghost: bool = False) -> list[Cell]:
+    """Every position of the sequence after decode step `step` (0 = before the first forward)."""
+    step = max(0, min(step, trace.steps))
+    tokens, written = _history(trace, step)
+    record = trace.step_record(step)
+    B = trace.block_length
+    first = trace.prompt_length // B
+    active = range(*record["active"]) if record else range(first * B, (first + 1) * B)
+    now = {item[0]: (state, item) for state, key in (("draft", "drafts"), ("edit", "edits"), ("mbe", "mbe"))
+           for item in (record[key] if record else [])}
+    end = _output_end(trace, tokens)
+    out = []
+    for pos, token in enumerate(tokens):
+        cell = Cell(pos=pos, block=pos // B, state="stable", token=token, cut=pos >= end)
+        if pos < trace.prompt_length:
+            cell.state = "prompt"
+        elif pos in now:
+            cell.state, item = now[pos]
+            cell.p, cell.prev = item[-1], item[2] if len(item) == 4 else None
+        elif token == trace.mask_id:
+            cell.state, cell.hidden = "mask", pos not in active
+            if ghost and record and not cell.hidden:
+                cell.ghost = record["guesses"][pos - record["window"][0]]
+        elif pos in written:
+            cell.p = written[pos][2]
+        cell.tip = _tip(trace, cell, record, written)
+        out.append(cell)
+    return out
+
+
+def _output_end(trace: Trace, tokens: list[int]) -> int:
+    """First position after the output: past gen_length, or just after the first generated EOS."""
+    end = trace.prompt_length + trace.gen_length
+    for pos in range(trace.prompt_length, end):
+        if tokens[pos] == trace.eos_id:
+            return pos + 1
+    return end
+
+
+def _token_html(trace: Trace, token: int, cls: str) -> str:
+    special = token in (trace.mask_id, trace.eos_id)
+    return f'<span class="{cls}{" sp" if special else ""}">{escape(trace.text(token))}</span>'
+
+
+def cell_html(trace: Trace, cell: Cell) -> str:
+    attrs = [f'class="tok{" far" if cell.hidden else ""}{" cut" if cell.cut else ""}"', f'data-pos="{cell.pos}"',
+             f'data-block="{cell.block}"', f'data-state="{cell.state}"', f'title="{escape(cell.tip)}"']
+    if cell.p is not None:
+        attrs.append(f'style="--p:{cell.p:.3f}"')
+        if cell.state in ("draft", "edit", "mbe"):
+            attrs.append(f'data-p="{cell.p:.4f}"')
+    if cell.prev is not None:
+        attrs.append(f'data-prev="{escape(trace.text(cell.prev))}"')
+    if cell.state == "mask":
+        inner = _token_html(trace, cell.ghost, "ghost") if cell.ghost is not None else ""
+    elif cell.prev is not None:
+        inner = _token_html(trace, cell.prev, "old") + '<span class="arrow">→</span>' + _token_html(trace, cell.token, "new")
+    else:
+        inner = _token_html(trace, cell.token, "txt")
+    return f"<span {' '.join(attrs)}>{inner}</span>"
+
+
+def _blocks_html(trace: Trace, all_cells: list[Cell], active_block: int) -> str:
+    parts, B = [], trace.block_length
+    for b in range(0, trace.length // B):
+        group = all_cells[b * B:(b + 1) * B]
+        cls = "blk active" if b == active_block else "blk"
+        body = "".join(cell_html(trace, c) for c in group)
+        parts.append(f'<span class="{cls}" data-block="{b}"><span class="bnd" title="block {b} starts at '
+                     f'position {b * B}">{b}</span>{body}</span>')
+    hidden = [c for c in all_cells if c.hidden]
+    if hidden:
+        n_blocks = len({c.block for c in hidden})
+        parts.append(f'<span class="more">+ {len(hidden)} masks in {n_blocks} later block'
+                     f'{"s" if n_blocks > 1 else ""}</span>')
+    return "".join(parts)
+
+
+def header_html(trace: Trace, step: int) -> str:
+    record = trace.step_record(step)
+    s = trace.settings
+    where = (f"step {step}/{trace.steps} · block {record['block']} · {record['phase']}" if record
+             else f"step 0/{trace.steps} · prompt and masks")
+    mbe = f"on (window {s['mbe_window']})" if s.get("mbe") else "off"
+    taus = (f"mode {escape(str(s.get('mode', '')))} · τ_mask {s['threshold']:.2f} · "
+            f"τ_edit {_fmt_tau(s['editing_threshold'])} · MBE {mbe} · block {s['block_length']}")
+    return f'<div class="canvas-head"><span class="where">{where}</span><span class="taus">{taus}</span></div>'
+
+
+def legend_html() -> str:
+    items = "".join(f'<span class="key" data-state="{state}"><span class="txt">{label}</span></span>'
+                    for state, label in LEGEND)
+    return (f'<div class="legend">{items}<span class="hint">shade = confidence p · hover a token for '
+            f"details · | n = block n starts</span></div>")
+
+
+def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "canvas",
+           legend: bool = True) -> str:
+    """The canvas HTML of `trace` after decode step `step`; an empty canvas when there is no trace."""
+    if trace is None:
+        return (f'<div id="{elem_id}" class="canvas empty" data-step="0" data-steps="0">'
+                f'<p class="hint">Type a prompt and press Generate: the canvas shows every position as the '
+                f"model drafts and edits it.</p></div>")
+    step = max(0, min(step, trace.steps))
+    all_cells = cells(trace, step, ghost)
+    record = trace.step_record(step)
+    active = record["block"] if record else trace.prompt_length // trace.block_length
+    body = _blocks_html(trace, all_cells, active)
+    return (f'<div id="{elem_id}" class="canvas" data-step="{step}" data-steps="{trace.steps}">'
+            f'{header_html(trace, step)}{legend_html() if legend else ""}<div class="seq">{body}</div></div>')

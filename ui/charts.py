@@ -1,0 +1,88 @@
+"""Plotly figures of one or more runs: throughput over time, TPF over forwards, drafts vs edits per step.
+
+Each function takes `runs`, a list of (label, Trace), and overlays them (S and Q in the comparison).
+Figures are built from plain dicts (no per-point validation work), so a live update stays cheap.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .trace import Trace
+
+RUN_COLOURS = ("#2563eb", "#d97706", "#059669", "#7c3aed")  # one per overlaid run
+KIND_DASH = {"drafts": "solid", "edits": "dash", "mbe": "dot"}
+LAYOUT = {"margin": {"l": 48, "r": 12, "t": 36, "b": 40}, "height": 260, "template": "plotly_white",
+          "legend": {"orientation": "h", "y": -0.25}, "hovermode": "x unified"}
+
+
+def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str) -> go.Figure:
+    layout = LAYOUT | {"title": {"text": title, "font": {"size": 14}}, "xaxis": {"title": {"text": xtitle}},
+                       "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"}}
+    return go.Figure({"data": traces, "layout": layout}, skip_invalid=True)
+
+
+def _colour(i: int) -> str:
+    return RUN_COLOURS[i % len(RUN_COLOURS)]
+
+
+def tps_points(trace: Trace) -> tuple[list[float], list[float]]:
+    """(engine seconds, output tokens so far / engine seconds) after every forward."""
+    xs, ys = [], []
+    for r in trace.records:
+        if r["t"] > 0:
+            xs.append(r["t"])
+            ys.append(r["output_length"] / r["t"])
+    return xs, ys
+
+
+def tpf_points(trace: Trace) -> tuple[list[int], list[float]]:
+    """(forwards so far, output tokens so far / forwards) after every forward."""
+    xs, ys = [], []
+    for r in trace.records:
+        forwards = r["decode_forwards"] + r["cache_forwards"]
+        xs.append(forwards)
+        ys.append(r["output_length"] / max(forwards, 1))
+    return xs, ys
+
+
+def step_counts(trace: Trace) -> dict[str, list[int]]:
+    """Per decode step: how many drafts, T2T edits and MBE edits it made."""
+    decodes = [trace.step_record(k) for k in range(1, trace.steps + 1)]
+    return {"step": list(range(1, trace.steps + 1)), "drafts": [len(r["drafts"]) for r in decodes],
+            "edits": [len(r["edits"]) for r in decodes], "mbe": [len(r["mbe"]) for r in decodes]}
+
+
+def tps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
+    traces = []
+    for i, (label, trace) in enumerate(runs):
+        xs, ys = tps_points(trace)
+        traces.append({"type": "scatter", "mode": "lines", "name": label, "x": xs, "y": ys,
+                       "line": {"color": _colour(i)}})
+    return _figure(traces, "Throughput: tokens/s over wall time", "seconds (engine)", "TPS")
+
+
+def tpf_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
+    traces = []
+    for i, (label, trace) in enumerate(runs):
+        xs, ys = tpf_points(trace)
+        traces.append({"type": "scatter", "mode": "lines", "name": label, "x": xs, "y": ys,
+                       "line": {"color": _colour(i)}})
+    return _figure(traces, "TPF: tokens per forward", "forwards (decode + cache)", "TPF")
+
+
+def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
+    traces = []
+    for i, (label, trace) in enumerate(runs):
+        counts = step_counts(trace)
+        for kind, name in (("drafts", "drafts"), ("edits", "edits (T2T)"), ("mbe", "MBE edits")):
+            if kind == "mbe" and not any(counts["mbe"]):
+                continue
+            traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{label} {name}",
+                           "x": counts["step"], "y": counts[kind], "marker": {"size": 4},
+                           "line": {"color": _colour(i), "dash": KIND_DASH[kind], "shape": "hv"}})
+    return _figure(traces, "Drafts vs edits per step", "step", "tokens")
+
+
+def all_figures(runs: list[tuple[str, Trace]]) -> tuple[go.Figure, go.Figure, go.Figure]:
+    return tps_figure(runs), tpf_figure(runs), steps_figure(runs)

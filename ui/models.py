@@ -1,0 +1,89 @@
+"""The model directories the playground offers, loaded lazily and shared read-only by every user.
+
+`python app.py` offers `assets/model`, then every `--model DIR`, then the directories of the
+`LLADA_MODELS` environment variable (os.pathsep-separated). A model is loaded on first use and kept,
+one `Pipeline` per path; decoding never mutates it, so all sessions share it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
+ENV_VAR = "LLADA_MODELS"
+
+
+def model_dirs(cli: list[str] | None = None, env: str | None = None, default: Path | None = DEFAULT_MODEL) -> list[str]:
+    """The offered directories in order, without duplicates (the default first when it exists)."""
+    env = os.environ.get(ENV_VAR, "") if env is None else env
+    dirs = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
+    dirs += [d for d in env.split(os.pathsep) if d.strip()]
+    seen, out = set(), []
+    for d in dirs:
+        key = str(Path(d).expanduser().resolve())
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+    return out
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Models:
+    """Lazy, cached `Pipeline`s by path; `get` is safe to call from several threads."""
+
+    def __init__(self, dirs: list[str]):
+        self.dirs = list(dirs)
+        self._loaded: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, path) for the model selector."""
+        return [(f"{Path(d).name} — {d}", d) for d in self.dirs]
+
+    @property
+    def default(self) -> str | None:
+        return self.dirs[0] if self.dirs else None
+
+    def get(self, path: str | None):
+        """The Pipeline of `path` (loading it on first use); ValueError for an unknown path."""
+        from llada.pipeline import Pipeline
+
+        path = path or self.default
+        if path is None:
+            raise ValueError("no model is offered: put a checkpoint in assets/model or start with --model DIR")
+        if path not in self.dirs:
+            raise ValueError(f"unknown model {path!r}; choose one of the offered directories")
+        with self._lock:
+            if path not in self._loaded:
+                self._loaded[path] = Pipeline.load(path, device=device())
+            return self._loaded[path]
+
+    def warm(self) -> threading.Thread | None:
+        """Load the default model in the background, so the first run starts at once."""
+        if self.default is None:
+            return None
+        thread = threading.Thread(target=self._warm, daemon=True)
+        thread.start()
+        return thread
+
+    def _warm(self) -> None:
+        try:
+            self.get(self.default)
+        except Exception:  # noqa: BLE001 - the first run reports the same error to the user
+            pass
+
+
+def on_gpu(fn):
+    """`spaces.GPU(fn)` on a ZeroGPU Space (when the `spaces` package is present), else `fn` unchanged."""
+    try:
+        import spaces
+    except ImportError:
+        return fn
+    return spaces.GPU(fn)
