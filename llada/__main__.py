@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", choices=("auto", "on", "off"), default="auto", help="wrap the prompt in the chat template")
     g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     g.add_argument("--device", default="cpu")
-    g.add_argument("--quantize", choices=("none", "fp8"), default="none", help="FP8 routed experts")
+    g.add_argument("--quantize", choices=("none", "fp8", "fp8-dense"), default="none",
+                   help="FP8 weights: routed experts, or experts and dense linears")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -88,11 +89,8 @@ def run_generate(args) -> dict:
     from .pipeline import Pipeline
 
     pipe = Pipeline.load(args.model, dtype=getattr(torch, args.dtype), device=args.device,
-                         mask_id=args.mask_id, eos_id=args.eos_id)
-    if args.quantize == "fp8":
-        from .quantize import quantize_model_fp8
-
-        quantize_model_fp8(pipe.model)
+                         mask_id=args.mask_id, eos_id=args.eos_id,
+                         quantize=None if args.quantize == "none" else args.quantize)
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
     ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)

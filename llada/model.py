@@ -162,22 +162,19 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """x (T, H), ids (T, K), weights (T, K) -> (T, H): sum_k weights * expert_k(x)."""
         T, K = ids.shape
-        out = torch.zeros_like(x)
-        flat = ids.reshape(-1)  # (T*K,)
-        order = flat.argsort()
+        flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
+        order = flat.argsort(stable=True)  # pairs sorted by expert
         counts = torch.bincount(flat, minlength=self.w13.shape[0]).tolist()
-        token_of = order // K
-        w_sorted = weights.reshape(-1)[order].to(x.dtype)
-        begin = 0
+        xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert
+        outs, begin = [], 0
         for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            rows = token_of[begin:begin + n]
-            gate, up = F.linear(x[rows], self.w13[e]).chunk(2, dim=-1)  # (n, I) each
-            y = F.linear(F.silu(gate) * up, self.w2[e])  # (n, H)
-            out.index_add_(0, rows, y * w_sorted[begin:begin + n, None])
-            begin += n
-        return out
+            if n:
+                gate, up = F.linear(xs[begin:begin + n], self.w13[e]).chunk(2, dim=-1)  # (n, I) each
+                outs.append(F.linear(F.silu(gate) * up, self.w2[e]))  # (n, H)
+                begin += n
+        ys = torch.empty_like(xs)
+        ys[order] = torch.cat(outs)  # back to (token, k) order
+        return (ys.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
 
 class MoE(nn.Module):

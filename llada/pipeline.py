@@ -39,9 +39,12 @@ class Pipeline:
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             mask_id: int | None = None, eos_id: int | None = None) -> "Pipeline":
+             mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None) -> "Pipeline":
+        """quantize: None, "fp8" (routed experts) or "fp8-dense" (experts and the layers' linears)."""
         root = Path(path)
         model = load_model(root, dtype=dtype, device=device)
+        if quantize:
+            _quantize(model, quantize)
         tokenizer = load_tokenizer(root)
         raw = json.loads((root / "config.json").read_text())
         mask = mask_id if mask_id is not None else _mask_id(raw, tokenizer, model.config.vocab_size)
@@ -76,6 +79,14 @@ class Pipeline:
 
     def generate(self, prompt_ids: list[int], cfg: DecodeConfig) -> GenerateResult:
         return generate(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
+
+
+def _quantize(model: LLaDA2MoE, scheme: str) -> None:
+    if scheme not in ("fp8", "fp8-dense"):
+        raise ValueError(f"unknown quantization {scheme!r}; choose fp8 or fp8-dense")
+    from .quantize import quantize_model_fp8  # imports the kernels only when asked for
+
+    quantize_model_fp8(model, dense=scheme == "fp8-dense")
 
 
 def _special(token: int, mask_id: int, eos_id: int) -> str | None:

@@ -6,6 +6,8 @@ one fp32 scale per 128x128 tile, quantized once here. With `dense=True` the dens
 layers (attention projections, dense SwiGLU, shared experts) become `FP8Linear` too; the router and
 the embeddings / lm_head stay as they are. Forward contracts do not change, so the decode loop is
 untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA, PyTorch else.
+Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
+to another device is fine).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 import json
 
+import torch
+
 import pytest
 
 from llada.checkpoint import CheckpointError
@@ -53,3 +55,15 @@ def test_text_prompt_without_tokenizer(fixture_dir):
     assert (p.mask_id, p.eos_id) == (258, 257)  # last vocabulary id; pad_token_id
     with pytest.raises(ValueError, match="has no tokenizer"):
         p.encode("hello")
+
+
+def test_fp8_load_quantizes_the_experts_once(tiny_model_dir):
+    from llada.quantize import FP8Experts
+
+    p = Pipeline.load(tiny_model_dir, quantize="fp8")
+    experts = [layer.mlp.experts for layer in p.model.layers[1:]]
+    assert all(isinstance(e, FP8Experts) and e.w13.dtype == torch.float8_e4m3fn for e in experts)
+    result = p.generate(p.encode("def add("), p.config("Q", gen_length=8, block_length=8))
+    assert len(result.output_ids) > 0
+    with pytest.raises(ValueError, match="unknown quantization 'int4'"):
+        Pipeline.load(tiny_model_dir, quantize="int4")

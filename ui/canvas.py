@@ -141,10 +141,10 @@ def _blocks_html(trace: Trace, all_cells: list[Cell], active_block: int) -> str:
     parts, B = [], trace.block_length
     for b in range(0, trace.length // B):
         group = all_cells[b * B:(b + 1) * B]
-        cls = "blk active" if b == active_block else "blk"
+        cls = "blk active" if b == active_block else "blk far" if all(c.hidden for c in group) else "blk"
         body = "".join(cell_html(trace, c) for c in group)
-        parts.append(f'<span class="{cls}" data-block="{b}"><span class="bnd" title="block {b} starts at '
-                     f'position {b * B}">{b}</span>{body}</span>')
+        parts.append(f'<span class="{cls}" data-block="{b}"><span class="bnd" data-b="{b}" title="block {b} starts '
+                     f'at position {b * B}"></span>{body}</span>')
     hidden = [c for c in all_cells if c.hidden]
     if hidden:
         n_blocks = len({c.block for c in hidden})

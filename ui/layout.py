@@ -44,13 +44,12 @@ def presets_note(model_path: str | None) -> str:
 
 
 def apply_mode(model_path, mode) -> tuple:
-    """Slider values of a preset (tau_mask, edit_on, tau_edit, max_post_steps, block_length)."""
+    """Slider values of a preset (tau_mask, edit_on, tau_edit, max_post_steps); lengths stay as set."""
     if mode == "Custom":
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 4
     v = preset_values(presets_of(model_path), mode)
     off = v["editing_threshold"] is None
-    return (v["threshold"], not off, gr.skip() if off else v["editing_threshold"], v["max_post_steps"],
-            v["block_length"])
+    return v["threshold"], not off, gr.skip() if off else v["editing_threshold"], v["max_post_steps"]
 
 
 # ---- components ---------------------------------------------------------------------------------------
@@ -124,7 +123,7 @@ def _compare_view() -> SimpleNamespace:
         with gr.Row():
             v.canvas_s = gr.HTML(canvas.render(None, 0, elem_id="canvas-s"), elem_id="canvas-s-box", js_on_load=None)
             v.canvas_q = gr.HTML(canvas.render(None, 0, elem_id="canvas-q"), elem_id="canvas-q-box", js_on_load=None)
-        v.table = gr.Dataframe(label="S vs Q", elem_id="compare-table", interactive=False)
+        v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
         v.diff = gr.HTML("", elem_id="diff", js_on_load=None)
         with gr.Row():
             v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False) for i in ("chart-tps", "chart-tpf", "chart-steps")]
@@ -161,7 +160,7 @@ def _api_inputs() -> SimpleNamespace:
 # ---- events -------------------------------------------------------------------------------------------
 
 def _wire_controls(c: SimpleNamespace) -> None:
-    preset_outputs = [c.tau_mask, c.edit_on, c.tau_edit, c.max_post, c.block_length]
+    preset_outputs = [c.tau_mask, c.edit_on, c.tau_edit, c.max_post]
     c.mode.input(apply_mode, [c.model, c.mode], preset_outputs, api_visibility="private", **REPLAY)
     for slider in (c.tau_mask, c.tau_edit, c.edit_on):
         slider.input(lambda: "Custom", None, c.mode, api_visibility="private", **REPLAY)
@@ -226,12 +225,12 @@ def _wire_learn(recordings: dict, v: SimpleNamespace) -> None:
 
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     @on_gpu
-    def generate(*args):
-        yield from handlers.generate_api(models, *args)
+    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
+        yield from handlers.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length)
 
     @on_gpu
-    def compare(*args):
-        return handlers.compare_api(models, *args)
+    def compare(prompt, block_length, gen_length):
+        return handlers.compare_api(models, prompt, block_length, gen_length)
 
     inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length]
     a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **DECODE)

@@ -55,7 +55,7 @@ def _weight_kernel(w_ptr, q_ptr, s_ptr, N, K,
                    stride_we, stride_wn, stride_wk, stride_qe, stride_qn, stride_qk,
                    stride_se, stride_sn, stride_sk,
                    TILE: tl.constexpr, FP8_MAX: tl.constexpr, AMAX_FLOOR: tl.constexpr):
-    e, tn, tk = tl.program_id(0), tl.program_id(1), tl.program_id(2)  # one program per tile
+    e, tn, tk = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)  # one program per tile
     rows = tn * TILE + tl.arange(0, TILE)
     cols = tk * TILE + tl.arange(0, TILE)
     mask = (rows < N)[:, None] & (cols < K)[None, :]

@@ -47,7 +47,7 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, h_ptr, hs_ptr, pairs_ptr, block_exp
                TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, GROUP: tl.constexpr,
                FP8_MAX: tl.constexpr, AMAX_FLOOR: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m)
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)  # int64: expert * stride may pass 2^31
     if expert < 0:
         return
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # padded rows of this tile
@@ -86,7 +86,7 @@ def _down_kernel(a_ptr, as_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
                  stride_ym, stride_yn,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m)
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)  # int64: expert * stride may pass 2^31
     if expert < 0:
         return
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # padded rows of a (already in expert order)

@@ -31,7 +31,8 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
     """ids (T, K) int -> sorted_pairs (P,) int32 and block_expert (P // block_m,) int32 (see module doc)."""
     flat = ids.reshape(-1)  # (T*K,)
     n = flat.numel()
-    counts = torch.bincount(flat, minlength=num_experts)  # (E,)
+    counts = torch.zeros(num_experts, dtype=torch.long, device=ids.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))  # (E,) pairs per expert; bincount would sync
     padded = (counts + block_m - 1) // block_m * block_m  # (E,) rows per expert after padding
     order = torch.argsort(flat, stable=True)  # pair indices grouped by expert
     expert_of = flat[order]

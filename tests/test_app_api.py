@@ -1,0 +1,67 @@
+"""The launched playground over gradio_client: /generate streams, /trace and /compare agree, bad input is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+
+from ui_helpers import launch_app  # noqa: E402
+
+PROMPT = "def add(a, b):"
+GEN = ("Q", 0.7, 0.5, False, 8, 16)  # mode, tau_mask, tau_edit, mbe, block_length, gen_length
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model_dir):
+    demo, url = launch_app(tiny_model_dir)
+    yield gradio_client.Client(url, verbose=False)
+    demo.close()
+
+
+def test_endpoints_follow_the_contract(client):
+    named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/generate", "/compare", "/trace"} <= set(named)
+    params = [p["parameter_name"] for p in named["/generate"]["parameters"]]
+    assert params == ["prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length"]
+    assert [p["parameter_name"] for p in named["/compare"]["parameters"]] == ["prompt", "block_length", "gen_length"]
+
+
+def test_generate_streams_and_matches_the_trace_and_the_cli(client, tiny_model_dir):
+    from llada.pipeline import Pipeline
+
+    job = client.submit(PROMPT, *GEN, api_name="/generate")
+    updates = list(job)
+    assert len(updates) >= 2
+    text, stats = job.outputs()[-1]
+    assert set(stats) >= {"forwards", "tokens", "tpf", "tps", "drafts", "edits", "mbe_edits"}
+    trace = client.predict(api_name="/trace")
+    decodes = [r for r in trace["records"] if r["kind"] == "decode"]
+    assert stats["forwards"] == len(trace["records"]) and trace["result"]["text"] == text
+    assert stats["drafts"] == sum(len(r["drafts"]) for r in decodes)
+    assert stats["edits"] == sum(len(r["edits"]) for r in decodes)
+    pipe = Pipeline.load(tiny_model_dir)
+    result = pipe.generate(pipe.encode(PROMPT), pipe.config("Q", block_length=8, gen_length=16))
+    cli = result.summary()
+    assert (stats["tokens"], stats["tpf"], stats["drafts"], stats["edits"], stats["mbe_edits"]) == (
+        len(cli["output_ids"]), cli["tpf"], cli["drafts"], cli["edits"], cli["mbe_edits"])
+    assert stats["forwards"] == cli["num_decode_forwards"] + cli["num_cache_forwards"]
+    assert stats["tps"] == pytest.approx(stats["tokens"] / stats["seconds"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (("", *GEN), "empty"), ((PROMPT, "Q", 1.5, 0.5, False, 8, 16), "tau_mask"),
+    ((PROMPT, "Q", 0.7, 0.5, False, 8, 0), "gen_length"), ((PROMPT, "Q", 0.7, 0.5, False, 999, 16), "block_length"),
+    (("x" * 20000, *GEN), "too long")])
+def test_bad_input_is_refused(client, args, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(*args, api_name="/generate")
+
+
+def test_queue_survives_refusals_and_compare_runs(client):
+    with pytest.raises(Exception, match="empty"):
+        client.predict("", 8, 8, api_name="/compare")
+    out = client.predict(PROMPT, 8, 8, api_name="/compare")
+    assert set(out) == {"S", "Q"}
+    for stats in out.values():
+        assert stats["tpf"] == pytest.approx(stats["tokens"] / stats["forwards"]) and "text" in stats

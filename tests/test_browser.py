@@ -1,0 +1,118 @@
+"""The playground in real Chromium: type, run, read the canvas hooks, scrub, compare S vs Q, take screenshots.
+
+Needs the Debian `chromium` package at /usr/bin/chromium; skips with the reason when it is absent.
+Screenshots go to tests/artifacts/ (not versioned).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+from ui_helpers import hand_trace, launch_app  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+STATES = {"prompt", "mask", "draft", "edit", "mbe", "stable"}
+XSS = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_model_dir):
+    demo, url = launch_app(tiny_model_dir, recordings={"S + MBE: a hand-made run": hand_trace()})
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which(CHROMIUM) or CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.dialogs = []
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.goto(app_url, wait_until="load")
+        page.wait_for_selector("#prompt textarea", timeout=60_000)
+        yield page
+        browser.close()
+
+
+def set_number(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def canvas_attr(page, name: str, elem_id: str = "canvas") -> int:
+    return int(page.get_attribute(f"#{elem_id}", name))
+
+
+def test_run_shows_every_position_in_a_state(page):
+    page.fill("#prompt textarea", f"{XSS} def add(a, b):")
+    page.locator("#mode label", has_text=re.compile(r"^\s*Q\s*$")).click()
+    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.7'", timeout=10_000)
+    set_number(page, "block-length", 8)
+    set_number(page, "gen-length", 16)
+    page.click("#generate")
+    page.wait_for_selector("#canvas .tok", timeout=10_000)
+    page.wait_for_function("document.querySelector('#stats').innerText.includes('done')", timeout=90_000)
+    steps = canvas_attr(page, "data-steps")
+    assert steps > 0 and canvas_attr(page, "data-step") == steps
+    toks = page.locator("#canvas .tok")
+    states = toks.evaluate_all("els => els.map(e => e.dataset.state)")
+    positions = toks.evaluate_all("els => els.map(e => Number(e.dataset.pos))")
+    assert set(states) <= STATES and positions == list(range(len(positions)))
+    assert "prompt" in states and len(positions) % 8 == 0
+    assert XSS in page.inner_text("#canvas .seq") and page.locator("#canvas img").count() == 0
+    stats = page.inner_text("#stats")
+    for word in ("forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"):
+        assert word in stats
+    page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
+
+
+def test_scrub_replays_the_stored_run(page):
+    set_number(page, "step", 1)
+    page.wait_for_selector('#canvas[data-step="1"]', timeout=10_000)
+    drafts = page.locator('#canvas .tok[data-state="draft"]')
+    assert drafts.count() >= 1 and float(drafts.first.get_attribute("data-p")) > 0
+    assert page.locator('#canvas .tok[data-state="mask"]').count() >= 1
+    page.locator("#canvas").screenshot(path=str(ARTIFACTS / "scrub-step1.png"))
+    page.click("#play")
+    page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) > 1", timeout=10_000)
+    page.click("#pause")
+
+
+def test_compare_s_and_q_side_by_side(page):
+    page.click("#run-compare")
+    page.wait_for_function("document.querySelector('#diff .diff-key') !== null", timeout=90_000)
+    for elem_id in ("canvas-s", "canvas-q"):
+        assert canvas_attr(page, "data-steps", elem_id) > 0
+        assert page.locator(f"#compare #{elem_id} .tok").count() > 0
+    table = page.inner_text("#compare-table")
+    assert "TPF" in table and "S" in table and "Q" in table
+    page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare.png"))
+
+
+def test_refused_input_is_explained(page):
+    page.fill("#prompt textarea", "   ")
+    page.click("#generate")
+    page.wait_for_selector("#error .error-box", timeout=10_000)
+    assert "empty" in page.inner_text("#error")
+
+
+def test_learn_view_replays_a_recording(page):
+    page.get_by_role("tab", name="Learn").click()
+    page.wait_for_selector("#canvas-learn .tok", timeout=10_000)
+    assert "Recording (not live)" in page.inner_text("body")
+    page.screenshot(path=str(ARTIFACTS / "learn.png"), full_page=True)
+    assert page.dialogs == []  # no token text ever ran as markup

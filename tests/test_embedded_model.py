@@ -1,0 +1,44 @@
+"""The shipped model in assets/model: size, MoE shape, presets, and that it loads and generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llada.pipeline import Pipeline
+
+MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
+pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="assets/model not trained yet")
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline.load(MODEL)
+
+
+def test_checkpoint_is_small_and_a_real_moe(pipe):
+    assert (MODEL / "model.safetensors").stat().st_size <= 25 * 2**20
+    cfg = pipe.model.config
+    assert cfg.num_experts >= 8 and 1 < cfg.n_group and cfg.topk_group < cfg.n_group
+    assert cfg.num_shared_experts >= 1 and cfg.first_k_dense_replace == 1
+
+
+def test_presets_are_the_models_own(pipe):
+    for mode in ("S", "Q", "M2T"):
+        assert (MODEL / "presets.json").exists()
+        pipe.config(mode)  # valid
+    assert pipe.config("M2T").editing_threshold is None
+    assert pipe.config("S").threshold < pipe.config("Q").threshold
+
+
+def test_generates_code_and_stops(pipe):
+    result = pipe.generate(pipe.encode("def fibonacci(n):\n"), pipe.config("S", gen_length=64))
+    text = pipe.decode_text(result.output_ids)
+    assert result.output_ids and text.strip()
+    assert result.num_decode_forwards < 64  # drafting fills several tokens per forward
+
+
+def test_solves_an_addition(pipe):
+    result = pipe.generate(pipe.encode("12+30="), pipe.config("Q", gen_length=16, eos_early_stop=True))
+    assert pipe.decode_text(result.output_ids) == "42"

@@ -1,0 +1,40 @@
+"""The embedded model's byte-level BPE: special tokens, digits, exact round trips, AutoTokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+from llada.bpe import EOS_TOKEN, MASK_TOKEN, build_tokenizer, load_fast, save_tokenizer
+from llada.tokenizer import Tokenizer
+
+TEXTS = ["def add(a, b):\n    return a + b\n", "317+985=1302", "sort 73914=13479",
+         "reverse red blue cat: cat blue red"] * 20
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bpe")
+    save_tokenizer(build_tokenizer(TEXTS, vocab_size=300), out)
+    return Tokenizer(load_fast(out))
+
+
+def test_special_tokens_are_found_by_name(tok):
+    assert tok.eos_id == tok.hf.convert_tokens_to_ids(EOS_TOKEN) == tok.hf.pad_token_id
+    assert tok.mask_id == tok.hf.convert_tokens_to_ids(MASK_TOKEN) != tok.eos_id
+    assert not tok.has_chat_template
+
+
+@pytest.mark.parametrize("text", ["def fibonacci(n):\n    if n < 2:\n        return n\n", "  tabs\tand\nnewlines ",
+                                  "unicode: héllo wörld ✓", "<b>&amp;</b>", "1234567890"])
+def test_round_trip(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_digits_are_one_token_each(tok):
+    ids = tok.encode("1302")
+    assert tok.pieces(ids) == ["1", "3", "0", "2"]
+
+
+def test_special_tokens_in_text_are_specials(tok):
+    ids = tok.encode("a" + MASK_TOKEN)
+    assert ids[-1] == tok.mask_id

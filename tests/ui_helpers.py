@@ -1,0 +1,69 @@
+"""Shared pieces of the playground tests: a hand-made trace, a recorded tiny-model run and a live app.
+
+`hand_trace()` is a trace built by hand (no model) whose every step is known, for exact renderer tests:
+prompt of 3 tokens, block length 4, gen_length 5 -> 8 positions, blocks 0 and 1, MBE window 1.
+
+    step 1  block 0  draft  pos 3 (p .9)
+    step 2  block 0  verify edit pos 3: HTML -> NL (p .8)
+    step 3  block 1  draft  pos 4, 5
+    step 4  block 1  draft  pos 6 (below τ_mask: the most confident mask), MBE edit pos 3: NL -> EOS
+    step 5  block 1  draft  pos 7
+    step 6  block 1  verify (no change)
+"""
+
+from __future__ import annotations
+
+import socket
+from contextlib import closing
+from pathlib import Path
+
+from ui.trace import Trace
+
+CSS = Path(__file__).resolve().parents[1] / "assets" / "style.css"
+MASK, EOS, HTML, NL, A, B = 1, 0, 7, 8, 9, 10
+TEXTS = {MASK: "[MASK]", EOS: "<|endoftext|>", HTML: "<img src=x onerror=alert(1)>", NL: "\n    ", A: "def", B: " f"}
+
+
+def _decode(step, block, phase, drafts=(), edits=(), mbe=(), window=None, threshold=0.5, output_length=0):
+    lo, hi = block * 4, block * 4 + 4
+    window = window or (lo, hi)
+    n = window[1] - window[0]
+    return {"kind": "decode", "phase": phase, "step": step, "block": block, "block_step": 1, "window": list(window),
+            "active": [lo, hi], "threshold": threshold, "editing_threshold": 0.0, "drafts": [list(d) for d in drafts],
+            "edits": [list(e) for e in edits], "mbe": [list(e) for e in mbe], "guesses": [B] * n,
+            "confidence": [0.25] * n, "seconds": 0.01, "t": 0.01 * step, "decode_forwards": step,
+            "cache_forwards": 0, "output_length": output_length}
+
+
+def hand_trace() -> Trace:
+    settings = {"threshold": 0.5, "editing_threshold": 0.0, "max_post_steps": 16, "block_length": 4, "gen_length": 5,
+                "mbe": True, "mbe_window": 1, "mode": "Custom"}
+    trace = Trace(model="hand", prompt="def f", prompt_ids=[A, B, A], settings=settings, mask_id=MASK, eos_id=EOS,
+                  length=8, texts=dict(TEXTS))
+    for record in (_decode(1, 0, "draft", drafts=[(3, HTML, 0.9)], output_length=1),
+                   _decode(2, 0, "verify", edits=[(3, NL, HTML, 0.8)], output_length=1),
+                   _decode(3, 1, "draft", drafts=[(4, A, 0.7), (5, B, 0.6)], window=(0, 8), output_length=3),
+                   _decode(4, 1, "draft", drafts=[(6, A, 0.3)], mbe=[(3, EOS, NL, 0.95)], window=(0, 8),
+                           output_length=1),
+                   _decode(5, 1, "draft", drafts=[(7, B, 0.99)], window=(0, 8), output_length=1),
+                   _decode(6, 1, "verify", window=(0, 8), output_length=1)):
+        trace.add(record)
+    return trace
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_app(model_dir, recordings: dict | None = None):
+    """The playground on `model_dir`, served in this process on a free port; returns (demo, url)."""
+    from ui.layout import build_demo
+    from ui.models import Models
+
+    demo = build_demo(Models([str(model_dir)]), recordings=recordings or {})
+    port = free_port()
+    demo.queue(max_size=16, default_concurrency_limit=8).launch(
+        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css_paths=[CSS])
+    return demo, f"http://127.0.0.1:{port}/"
