@@ -67,3 +67,17 @@ def test_fp8_load_quantizes_the_experts_once(tiny_model_dir):
     assert len(result.output_ids) > 0
     with pytest.raises(ValueError, match="unknown quantization 'int4'"):
         Pipeline.load(tiny_model_dir, quantize="int4")
+
+
+def test_chat_models_get_their_template(tiny_model_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "chat"
+    shutil.copytree(tiny_model_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "<user>{{ messages[0]['content'] }}</user><assistant>"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    p = Pipeline.load(d)
+    assert p.tokenizer.has_chat_template
+    assert p.encode("def add(") == p.encode("<user>def add(</user><assistant>", chat=False)
+    assert p.encode("def add(", chat=False) != p.encode("def add(")
