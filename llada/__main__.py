@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-post-steps", type=int)
     g.add_argument("--block-length", type=int)
     g.add_argument("--gen-length", type=int)
-    g.add_argument("--eos-early-stop", action="store_true", help="stop after a finished block holds EOS")
+    g.add_argument("--eos-early-stop", action="store_true", default=None,
+                   help="stop after a finished block holds EOS (default: the mode's setting)")
     g.add_argument("--mask-id", type=int, help="mask token id (default: from config or tokenizer)")
     g.add_argument("--eos-id", type=int, help="EOS token id (default: from config or tokenizer)")
     g.add_argument("--temperature", type=float, default=0.0)
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def decode_config(pipe, args):
     overrides = {"threshold": args.threshold, "max_post_steps": args.max_post_steps,
+                 "eos_early_stop": args.eos_early_stop,
                  "block_length": args.block_length, "gen_length": args.gen_length,
                  "mbe_window": args.mbe_window, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -78,7 +80,7 @@ def decode_config(pipe, args):
         overrides["editing_threshold"] = args.editing_threshold
     if args.no_edit:
         overrides["editing_threshold"] = None
-    overrides |= {"eos_early_stop": args.eos_early_stop, "temperature": args.temperature,
+    overrides |= {"temperature": args.temperature,
                   "mbe": args.mbe, "use_cache": not args.no_cache}
     return pipe.config(args.mode, **overrides)
 

@@ -9,6 +9,7 @@ is saved as `tokenizer.json` + `tokenizer_config.json` with a `PreTrainedTokeniz
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
 
@@ -32,13 +33,20 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     return tok
 
 
-def save_tokenizer(tok, out: str | Path) -> Path:
-    """Write tokenizer.json + tokenizer_config.json for `AutoTokenizer.from_pretrained(out)`."""
+def save_tokenizer(tok, out: str | Path, max_length: int = 1024) -> Path:
+    """Write tokenizer.json + tokenizer_config.json for `AutoTokenizer.from_pretrained(out)`.
+
+    The class is recorded as `PreTrainedTokenizerFast`, the name every transformers version loads
+    (newer versions save an alias of it)."""
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
-                                   mask_token=MASK_TOKEN, clean_up_tokenization_spaces=False)
+                                   mask_token=MASK_TOKEN, clean_up_tokenization_spaces=False,
+                                   model_max_length=max_length)
     fast.save_pretrained(str(out))
+    config_path = Path(out) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) | {"tokenizer_class": "PreTrainedTokenizerFast"}
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     return Path(out)
 
 

@@ -18,7 +18,7 @@ import torch
 
 from .corpus import CodeExample
 from .objective import Batch
-from .tasks import TASKS, Item, sample
+from .tasks import TASKS, TRAIN_WEIGHTS, Item, sample
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def to_batch(rows: list[Encoded], length: int, eos_id: int) -> Batch:
 
 
 class TaskStream:
-    """Endless batches of training-split task items, tasks mixed uniformly."""
+    """Endless batches of training-split task items, tasks mixed by `TRAIN_WEIGHTS`."""
 
     def __init__(self, tokenizer, eos_id: int, length: int, batch_size: int, seed: int,
                  tasks: tuple[str, ...] = tuple(TASKS)):
@@ -55,7 +55,8 @@ class TaskStream:
         self.tasks, self.rng = tasks, random.Random(f"train/{seed}")
 
     def items(self) -> list[Item]:
-        return [sample(self.rng.choice(self.tasks), self.rng, "train") for _ in range(self.batch_size)]
+        names = self.rng.choices(self.tasks, [TRAIN_WEIGHTS.get(t, 1) for t in self.tasks], k=self.batch_size)
+        return [sample(name, self.rng, "train") for name in names]
 
     def next(self) -> Batch:
         pairs = [(it.prompt, it.answer) for it in self.items()]

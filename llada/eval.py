@@ -137,7 +137,7 @@ def code_samples(pipe, prompts=CODE_PROMPTS, mode: str = "S", gen_length: int = 
     """Free-text generations for code prompts (not scored): prompt, output text, TPF, edits."""
     out = []
     for prompt in prompts:
-        result = pipe.generate(pipe.encode(prompt), pipe.config(mode, gen_length=gen_length))
+        result = pipe.generate(pipe.encode(prompt), pipe.config(mode, gen_length=gen_length, eos_early_stop=True))
         out.append({"prompt": prompt, "text": pipe.decode_text(result.output_ids), "tokens": len(result.output_ids),
                     "tpf": result.tpf, "tps": result.tps, "edits": result.edits})
     return out

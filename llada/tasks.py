@@ -60,7 +60,7 @@ def _number(rng: random.Random, lo_digits: int, hi_digits: int) -> int:
 
 
 def make_add(rng: random.Random) -> Item:
-    a, b = _number(rng, 2, 3), _number(rng, 2, 3)
+    a, b = _number(rng, 3, 3), _number(rng, 3, 3)  # equal widths: digit i of a sits above digit i of b
     return Item("add", f"{a}+{b}=", str(a + b))
 
 
@@ -88,6 +88,7 @@ def make_rename(rng: random.Random) -> Item:
 TASKS: dict[str, Callable[[random.Random], Item]] = {
     "add": make_add, "sort": make_sort, "reverse": make_reverse, "rename": make_rename,
 }
+TRAIN_WEIGHTS = {"add": 3, "sort": 2, "reverse": 1, "rename": 1}  # share of each task in training batches
 
 
 def is_eval(item: Item) -> bool:

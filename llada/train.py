@@ -13,7 +13,9 @@ Steps, all local (nothing is downloaded):
    loss.csv and loss.png, training.json; then a load-and-generate check through `Pipeline`.
 
 Training is bounded by wall time (`--minutes`) or steps (`--steps`); the learning rate follows a
-warmup + cosine schedule over whichever bound comes first.
+warmup + cosine schedule over whichever bound comes first. `--init DIR` continues from a saved model
+(its tokenizer and weights) instead of starting from scratch. One thread by default: on cores shared
+with other jobs, two OpenMP threads spend most of their time waiting for each other.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .bpe import build_tokenizer, load_fast, save_tokenizer
-from .checkpoint import save_model
+from .checkpoint import load_model, save_model
 from .config import ModelConfig
 from .corpus import load_functions
 from .data import CodeStream, TaskStream
@@ -66,13 +68,14 @@ class TrainConfig:
     code_length: int = 128
     task_batch: int = 32
     code_batch: int = 8
-    code_every: int = 3  # one code batch after every (code_every - 1) task batches
+    code_every: int = 5  # one code batch after every (code_every - 1) task batches
     code_functions: int | None = None  # limit the corpus (default: every train function)
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    multi_turn: float = 0.0  # probability that a task batch is drafted by the model first
+    multi_turn: float = 0.25  # probability that a task batch is drafted by the model first
     bias_rate: float = 1e-3
+    init: str | None = None  # continue from this model directory (its tokenizer and weights)
     threads: int = 1  # on shared cores one thread beats two: OpenMP threads wait on each other
     noise: NoiseConfig = field(default_factory=NoiseConfig)
 
@@ -144,11 +147,17 @@ def prepare(tc: TrainConfig):
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
     functions = load_functions("train", limit=tc.code_functions)
-    save_tokenizer(build_tokenizer(tokenizer_texts(tc, functions), tc.vocab_size), out)
-    hf = load_fast(out)
     torch.manual_seed(tc.seed)
-    model = LLaDA2MoE(model_config(tc, len(hf)))
-    init_weights(model)
+    if tc.init:
+        save_tokenizer(load_fast(tc.init).backend_tokenizer, out)
+        model = load_model(tc.init).train().requires_grad_(True)
+    else:
+        save_tokenizer(build_tokenizer(tokenizer_texts(tc, functions), tc.vocab_size), out)
+        model = None
+    hf = load_fast(out)
+    if model is None:
+        model = LLaDA2MoE(model_config(tc, len(hf)))
+        init_weights(model)
     tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed)
     code = CodeStream(hf, hf.eos_token_id, tc.code_length, tc.code_batch, tc.seed, functions)
     return hf, model, tasks, code
@@ -160,7 +169,7 @@ def train(tc: TrainConfig, progress: bool = True) -> dict:
 
     torch.set_num_threads(tc.threads)
     hf, model, tasks, code = prepare(tc)
-    mask_id, eos_id = hf.mask_token_id, hf.eos_token_id
+    mask_id = hf.mask_token_id
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=tc.weight_decay)
     balancer = ExpertBalancer(model, tc.bias_rate)
     gen_rng = torch.Generator().manual_seed(tc.seed)
@@ -173,25 +182,34 @@ def train(tc: TrainConfig, progress: bool = True) -> dict:
         frac = max(elapsed / budget, step / tc.steps if tc.steps else 0.0)
         if frac >= 1.0:
             break
-        is_code = tc.code_every > 0 and step % tc.code_every == tc.code_every - 1
-        batch = code.next() if is_code else tasks.next()
-        block = pick.choice([b for b in tc.block_lengths if batch.ids.shape[1] % b == 0])
-        multi = not is_code and pick.random() < tc.multi_turn and step > tc.warmup
-        for g in opt.param_groups:
-            g["lr"] = lr_at(tc, step, frac)
+        kind, batch, block, multi = _draw(tc, step, tasks, code, pick)
         loss = diffusion_loss(model, batch, block, mask_id, tc.noise, gen_rng, multi_turn=multi)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        load = balancer.step()
-        log.append({"step": step, "seconds": round(elapsed, 2), "loss": loss.item(), "kind": "code" if is_code else "task",
-                    "lr": opt.param_groups[0]["lr"], "max_load": round(load, 2)})
+        _optimize(model, opt, loss, lr_at(tc, step, frac))
+        log.append({"step": step, "seconds": round(elapsed, 2), "loss": loss.item(), "kind": kind,
+                    "lr": opt.param_groups[0]["lr"], "max_load": round(balancer.step(), 2)})
         bar.update(1)
         bar.set_postfix(loss=f"{log[-1]['loss']:.3f}", min=f"{elapsed / 60:.1f}")
         step += 1
     bar.close()
     return finish(tc, model, hf, code, log, time.perf_counter() - t0)
+
+
+def _draw(tc: TrainConfig, step: int, tasks: TaskStream, code: CodeStream, pick: random.Random):
+    """The step's batch: kind ("task" or "code"), Batch, block length, and whether to self-draft."""
+    is_code = tc.code_every > 0 and step % tc.code_every == tc.code_every - 1
+    batch = code.next() if is_code else tasks.next()
+    block = pick.choice([b for b in tc.block_lengths if batch.ids.shape[1] % b == 0])
+    multi = not is_code and pick.random() < tc.multi_turn and step > tc.warmup
+    return ("code" if is_code else "task"), batch, block, multi
+
+
+def _optimize(model: LLaDA2MoE, opt: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
 
 
 def finish(tc: TrainConfig, model: LLaDA2MoE, hf, code: CodeStream, log: list[dict], seconds: float) -> dict:
@@ -263,7 +281,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     for name, value in asdict(tc).items():
         if name in ("noise", "block_lengths"):
             continue
-        kind = type(value) if value is not None else int
+        kind = type(value) if value is not None else (str if name == "init" else int)
         ap.add_argument("--" + name.replace("_", "-"), type=kind, default=value)
     ap.add_argument("--block-lengths", default=",".join(map(str, tc.block_lengths)))
     args = vars(ap.parse_args(argv))

@@ -59,8 +59,10 @@ def canvas_attr(page, name: str, elem_id: str = "canvas") -> int:
 
 def test_run_shows_every_position_in_a_state(page):
     page.fill("#prompt textarea", f"{XSS} def add(a, b):")
-    page.locator("#mode label", has_text=re.compile(r"^\s*Q\s*$")).click()
-    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.7'", timeout=10_000)
+    for mode, tau in (("Q", "0.7"), ("S", "0.5")):  # a preset sets the sliders to its values
+        page.locator("#mode label", has_text=re.compile(rf"^\s*{mode}\s*$")).click()
+        page.wait_for_function(f"document.querySelector('#tau-mask input[type=number]').value == '{tau}'",
+                               timeout=10_000)
     set_number(page, "block-length", 8)
     set_number(page, "gen-length", 16)
     page.click("#generate")
@@ -86,10 +88,24 @@ def test_scrub_replays_the_stored_run(page):
     drafts = page.locator('#canvas .tok[data-state="draft"]')
     assert drafts.count() >= 1 and float(drafts.first.get_attribute("data-p")) > 0
     assert page.locator('#canvas .tok[data-state="mask"]').count() >= 1
+    assert not page.locator('#canvas .tok.far').first.is_visible()  # later blocks' masks are only counted
     page.locator("#canvas").screenshot(path=str(ARTIFACTS / "scrub-step1.png"))
+    page.click("#next-edit")
+    page.wait_for_selector('#canvas .tok[data-state="edit"]', timeout=10_000)
+    edit = page.locator('#canvas .tok[data-state="edit"]').first
+    assert edit.get_attribute("data-prev") is not None and edit.locator(".old").count() == 1
+    page.locator("#canvas").screenshot(path=str(ARTIFACTS / "next-edit.png"))
+    set_number(page, "step", 1)
+    page.wait_for_selector('#canvas[data-step="1"]', timeout=10_000)
     page.click("#play")
     page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) > 1", timeout=10_000)
     page.click("#pause")
+
+
+def test_export_gives_json_and_html(page):
+    page.click("#export")
+    page.wait_for_selector('#export-files a[download$="-replay.html"]', timeout=20_000)
+    assert page.locator('#export-files a[download$="-trace.json"]').count() == 1
 
 
 def test_compare_s_and_q_side_by_side(page):

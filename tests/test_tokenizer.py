@@ -38,3 +38,12 @@ def test_digits_are_one_token_each(tok):
 def test_special_tokens_in_text_are_specials(tok):
     ids = tok.encode("a" + MASK_TOKEN)
     assert ids[-1] == tok.mask_id
+
+
+def test_saved_config_names_the_fast_class(tmp_path):
+    import json
+
+    save_tokenizer(build_tokenizer(TEXTS, vocab_size=280), tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["eos_token"] == config["pad_token"] == EOS_TOKEN and config["mask_token"] == MASK_TOKEN

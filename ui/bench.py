@@ -62,7 +62,8 @@ def run(model: str, prompt: str, mode: str, block_length: int, gen_length: int, 
     a = statistics.median(x["seconds"] for x in app)
     return {"bare": b, "app": a, "overhead": a / b - 1, "first_frame": max(x["first_frame"] for x in app),
             "first_token_frame": max(x["first_token_frame"] for x in app), "frames": app[-1]["frames"],
-            "tokens": len(summary["output_ids"]), "forwards": summary["num_decode_forwards"] + summary["num_cache_forwards"]}
+            "tokens": len(summary["output_ids"]),
+            "forwards": summary["num_decode_forwards"] + summary["num_cache_forwards"]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from .trace import Trace, changes
+from .trace import Trace
 
 STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
@@ -131,7 +131,8 @@ def cell_html(trace: Trace, cell: Cell) -> str:
     if cell.state == "mask":
         inner = _token_html(trace, cell.ghost, "ghost") if cell.ghost is not None else ""
     elif cell.prev is not None:
-        inner = _token_html(trace, cell.prev, "old") + '<span class="arrow">→</span>' + _token_html(trace, cell.token, "new")
+        arrow = '<span class="arrow">→</span>'
+        inner = _token_html(trace, cell.prev, "old") + arrow + _token_html(trace, cell.token, "new")
     else:
         inner = _token_html(trace, cell.token, "txt")
     return f"<span {' '.join(attrs)}>{inner}</span>"

@@ -24,7 +24,7 @@ def _script_json(value) -> str:
 
 def replay_html(trace: Trace, title: str | None = None) -> str:
     """One HTML file that replays `trace` step by step in any browser, offline."""
-    frames = [canvas.render(trace, k) for k in range(trace.steps + 1)]
+    frames = [canvas.render(trace, k, legend=False) for k in range(trace.steps + 1)]  # one legend, above
     css = (ASSETS / "style.css").read_text()
     js = (ASSETS / "replay.js").read_text()
     title = title or f"{trace.model} · {trace.settings.get('mode', '')} · LLaDA2.1 decoding replay"
@@ -42,6 +42,7 @@ def replay_html(trace: Trace, title: str | None = None) -> str:
   <input id="step" type="range" min="0" max="{trace.steps}" value="{trace.steps}">
   <span id="step-label"></span>
 </div>
+{canvas.legend_html()}
 <div id="canvas-frame">{frames[-1]}</div>
 <h2>Output</h2><pre class="output">{escape(text)}</pre>
 <script type="application/json" id="frames">{_script_json(frames)}</script>

@@ -17,7 +17,7 @@ import gradio as gr
 from llada.checkpoint import CheckpointError
 
 from . import canvas, charts, export, tables
-from .runs import InputError, Throttle, check_request, finish, record, record_pair
+from .runs import Throttle, check_request, finish, record, record_pair
 from .trace import Trace, stats
 
 CANVAS_FPS, CHART_FPS = 15.0, 1.0
@@ -137,8 +137,10 @@ def _compare_frame(traces: dict[str, Trace], step: int | None, figures: bool, fi
     step = top if step is None else step
     figs = charts.all_figures(runs) if figures else (skip, skip, skip)
     diff = tables.diff_html(traces["S"].result["text"], traces["Q"].result["text"]) if final else skip
-    return ("", canvas.render(traces["S"], step, elem_id="canvas-s"), canvas.render(traces["Q"], step, elem_id="canvas-q"),
-            gr.update(maximum=max(top, 1), value=step), tables.stats_table(runs), diff, *figs, traces)
+    s_html = canvas.render(traces["S"], step, elem_id="canvas-s")
+    q_html = canvas.render(traces["Q"], step, elem_id="canvas-q")
+    return ("", s_html, q_html, gr.update(maximum=max(top, 1), value=step), tables.stats_table(runs), diff, *figs,
+            traces)
 
 
 def _compare_runs(models, model_path, prompt, block_length, gen_length):

@@ -126,7 +126,8 @@ def _compare_view() -> SimpleNamespace:
         v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
         v.diff = gr.HTML("", elem_id="diff", js_on_load=None)
         with gr.Row():
-            v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False) for i in ("chart-tps", "chart-tpf", "chart-steps")]
+            v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False)
+                        for i in ("chart-tps", "chart-tpf", "chart-steps")]
     return v
 
 
