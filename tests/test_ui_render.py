@@ -152,3 +152,38 @@ def test_replay_html_is_self_contained():
     assert html.count("</script>") == 2  # the frames' JSON and the player; token text cannot close them
     assert not re.search(r'(src|href)=["\']?(https?:)?//', html)
     assert "<style>" in html and 'id="step"' in html and html.count('data-steps=\\"6\\"') == 7
+
+
+def test_tail_past_the_output_is_counted_not_drawn():
+    from ui.canvas import cells, render
+    from ui.trace import Trace
+
+    trace = Trace.from_json(_eos_trace_json())
+    html = render(trace, trace.steps)
+    tail = [c for c in cells(trace, trace.steps) if c.tail]
+    assert [c.pos for c in tail] == [8, 9, 10, 11] and all(c.cut for c in tail)  # active block 1 stays drawn
+    assert f"+ {len(tail)} positions past the end of the output" in html
+    assert html.count('class="tok') == trace.length  # every position keeps its element
+
+
+def _eos_trace_json() -> str:
+    """A 3-block run whose first generated token is EOS; block 2 was never decoded (tail)."""
+    import json
+
+    records = [{"kind": "decode", "phase": "draft", "step": 1, "block": 0, "block_step": 1, "window": [0, 4],
+                "active": [0, 4], "threshold": 0.5, "editing_threshold": 0.0, "seconds": 0.01, "t": 0.01,
+                "decode_forwards": 1, "cache_forwards": 0, "output_length": 1,
+                "drafts": [[2, 0, 0.9], [3, 0, 0.9]], "edits": [], "mbe": [], "guesses": [5, 6, 0, 0],
+                "confidence": [0.1, 0.1, 0.9, 0.9]},
+               {"kind": "decode", "phase": "draft", "step": 2, "block": 1, "block_step": 1, "window": [4, 8],
+                "active": [4, 8], "threshold": 0.5, "editing_threshold": 0.0, "seconds": 0.01, "t": 0.02,
+                "decode_forwards": 2, "cache_forwards": 0, "output_length": 1,
+                "drafts": [[4, 0, 0.9], [5, 0, 0.9], [6, 0, 0.9], [7, 0, 0.9]], "edits": [], "mbe": [],
+                "guesses": [0, 0, 0, 0], "confidence": [0.9, 0.9, 0.9, 0.9]}]
+    return json.dumps({"schema": "llada-trace/1", "model": "m", "prompt": "ab", "prompt_ids": [5, 6],
+                       "prompt_length": 2, "block_length": 4,
+                       "settings": {"mode": "S", "threshold": 0.5, "editing_threshold": 0.0, "mbe": False,
+                                    "mbe_window": 1, "block_length": 4, "gen_length": 10},
+                       "mask_id": 1, "eos_id": 0, "length": 12, "texts": {"0": "<|endoftext|>", "1": "[MASK]",
+                                                                          "5": "a", "6": "b"},
+                       "records": records, "result": None})

@@ -18,6 +18,7 @@ from html import escape
 
 from .trace import Trace
 
+TAIL_SHOWN = 2  # positions drawn after the output's end (the rest, EOS padding or undecoded, is counted)
 STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
           ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"))
@@ -35,6 +36,7 @@ class Cell:
     ghost: int | None = None  # the model's guess for a mask at this step
     hidden: bool = False  # a mask beyond the active block
     cut: bool = False  # after the output's end (past gen_length or the first EOS)
+    tail: bool = False  # far enough past the end to be counted rather than drawn
 
 
 def _history(trace: Trace, step: int) -> tuple[list[int], dict[int, tuple[int, str, float]]]:
@@ -88,7 +90,8 @@ def cells(trace: Trace, step: int, ghost: bool = False) -> list[Cell]:
     end = _output_end(trace, tokens)
     out = []
     for pos, token in enumerate(tokens):
-        cell = Cell(pos=pos, block=pos // B, state="stable", token=token, cut=pos >= end)
+        cell = Cell(pos=pos, block=pos // B, state="stable", token=token, cut=pos >= end,
+                    tail=pos >= end + TAIL_SHOWN and pos not in active)  # the active block is always drawn
         if pos < trace.prompt_length:
             cell.state = "prompt"
         elif pos in now:
@@ -120,7 +123,8 @@ def _token_html(trace: Trace, token: int, cls: str) -> str:
 
 
 def cell_html(trace: Trace, cell: Cell) -> str:
-    attrs = [f'class="tok{" far" if cell.hidden else ""}{" cut" if cell.cut else ""}"', f'data-pos="{cell.pos}"',
+    classes = "tok" + " far" * cell.hidden + " cut" * cell.cut + " tail" * cell.tail
+    attrs = [f'class="{classes}"', f'data-pos="{cell.pos}"',
              f'data-block="{cell.block}"', f'data-state="{cell.state}"', f'title="{escape(cell.tip)}"']
     if cell.p is not None:
         attrs.append(f'style="--p:{cell.p:.3f}"')
@@ -142,16 +146,25 @@ def _blocks_html(trace: Trace, all_cells: list[Cell], active_block: int) -> str:
     parts, B = [], trace.block_length
     for b in range(0, trace.length // B):
         group = all_cells[b * B:(b + 1) * B]
-        cls = "blk active" if b == active_block else "blk far" if all(c.hidden for c in group) else "blk"
+        unseen = all(c.hidden or c.tail for c in group)
+        cls = "blk active" if b == active_block else "blk far" if unseen else "blk"
         body = "".join(cell_html(trace, c) for c in group)
         parts.append(f'<span class="{cls}" data-block="{b}"><span class="bnd" data-b="{b}" title="block {b} starts '
                      f'at position {b * B}"></span>{body}</span>')
-    hidden = [c for c in all_cells if c.hidden]
+    return "".join(parts) + _counts_html(all_cells)
+
+
+def _counts_html(all_cells: list[Cell]) -> str:
+    """What is counted instead of drawn: masks of later blocks, and the positions past the output."""
+    hidden = [c for c in all_cells if c.hidden and not c.tail]
+    tail = [c for c in all_cells if c.tail]
+    notes = []
     if hidden:
         n_blocks = len({c.block for c in hidden})
-        parts.append(f'<span class="more">+ {len(hidden)} masks in {n_blocks} later block'
-                     f'{"s" if n_blocks > 1 else ""}</span>')
-    return "".join(parts)
+        notes.append(f'+ {len(hidden)} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}')
+    if tail:
+        notes.append(f"+ {len(tail)} positions past the end of the output (EOS padding or never decoded)")
+    return "".join(f'<span class="more">{n}</span>' for n in notes)
 
 
 def header_html(trace: Trace, step: int) -> str:

@@ -85,9 +85,9 @@ def decode_config(pipe, req: Request) -> DecodeConfig:
                  "mbe_window": req.mbe_window, "temperature": req.temperature, "seed": req.seed}
     if req.max_post_steps is not None:
         overrides["max_post_steps"] = req.max_post_steps
-    if req.mode == "Custom":
+    if req.mode == "Custom":  # the model's S settings (post steps, EOS stop) with the sliders' thresholds
         overrides |= {"threshold": req.tau_mask, "editing_threshold": req.tau_edit}
-        return DecodeConfig(**overrides)
+        return pipe.config("S", **overrides)
     return pipe.config(req.mode, **overrides)
 
 
