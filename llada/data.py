@@ -50,12 +50,14 @@ class TaskStream:
     """Endless batches of training-split task items, tasks mixed by `TRAIN_WEIGHTS`."""
 
     def __init__(self, tokenizer, eos_id: int, length: int, batch_size: int, seed: int,
-                 tasks: tuple[str, ...] = tuple(TASKS)):
+                 weights: dict[str, float] | None = None):
         self.tokenizer, self.eos_id, self.length, self.batch_size = tokenizer, eos_id, length, batch_size
-        self.tasks, self.rng = tasks, random.Random(f"train/{seed}")
+        weights = weights or TRAIN_WEIGHTS
+        self.tasks, self.weights = [t for t in TASKS if weights.get(t)], [weights[t] for t in TASKS if weights.get(t)]
+        self.rng = random.Random(f"train/{seed}")
 
     def items(self) -> list[Item]:
-        names = self.rng.choices(self.tasks, [TRAIN_WEIGHTS.get(t, 1) for t in self.tasks], k=self.batch_size)
+        names = self.rng.choices(self.tasks, self.weights, k=self.batch_size)
         return [sample(name, self.rng, "train") for name in names]
 
     def next(self) -> Batch:

@@ -122,7 +122,7 @@ def format_table(report: dict) -> str:
     """Markdown table: one row per mode, overall columns then per-task accuracy."""
     modes = report["modes"]
     tasks = list(next(iter(modes.values()))["tasks"])
-    head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc | TPF" for t in tasks]
+    head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc \\| TPF" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in modes.items():
         edit = "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"

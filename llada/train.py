@@ -39,8 +39,8 @@ from .model import LLaDA2MoE, Router
 from .objective import NoiseConfig, diffusion_loss
 from .tasks import TASKS, sample
 
-PRESETS = {  # decoding modes tuned for the shipped model (see its README)
-    "S": {"threshold": 0.5, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 16},
+PRESETS = {  # decoding modes tuned for the shipped model on training-split items (see its README)
+    "S": {"threshold": 0.05, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 32},
     "Q": {"threshold": 0.9, "editing_threshold": 0.5, "max_post_steps": 4, "block_length": 16},
     "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 4, "block_length": 16},
 }
@@ -69,6 +69,7 @@ class TrainConfig:
     task_batch: int = 32
     code_batch: int = 8
     code_every: int = 5  # one code batch after every (code_every - 1) task batches
+    task_weights: str = "add=3,sort=2,reverse=1,rename=1"  # share of each task in task batches
     code_functions: int | None = None  # limit the corpus (default: every train function)
     lr: float = 2e-3
     warmup: int = 100
@@ -158,7 +159,8 @@ def prepare(tc: TrainConfig):
     if model is None:
         model = LLaDA2MoE(model_config(tc, len(hf)))
         init_weights(model)
-    tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed)
+    weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}
+    tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed, weights)
     code = CodeStream(hf, hf.eos_token_id, tc.code_length, tc.code_batch, tc.seed, functions)
     return hf, model, tasks, code
 
