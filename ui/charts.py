@@ -56,22 +56,22 @@ def step_counts(trace: Trace) -> dict[str, list[int]]:
             "edits": [len(r["edits"]) for r in decodes], "mbe": [len(r["mbe"]) for r in decodes]}
 
 
-def tps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
+def _line_figure(runs: list[tuple[str, Trace]], points, title: str, x_title: str, y_title: str) -> go.Figure:
+    """One line per run, from `points(trace) -> (xs, ys)`."""
     traces = []
     for i, (label, trace) in enumerate(runs):
-        xs, ys = tps_points(trace)
+        xs, ys = points(trace)
         traces.append({"type": "scatter", "mode": "lines", "name": label, "x": xs, "y": ys,
                        "line": {"color": _colour(i)}})
-    return _figure(traces, "Throughput: tokens/s over wall time", "seconds (engine)", "TPS")
+    return _figure(traces, title, x_title, y_title)
+
+
+def tps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
+    return _line_figure(runs, tps_points, "Throughput: tokens/s over wall time", "seconds (engine)", "TPS")
 
 
 def tpf_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
-    traces = []
-    for i, (label, trace) in enumerate(runs):
-        xs, ys = tpf_points(trace)
-        traces.append({"type": "scatter", "mode": "lines", "name": label, "x": xs, "y": ys,
-                       "line": {"color": _colour(i)}})
-    return _figure(traces, "TPF: tokens per forward", "forwards (decode + cache)", "TPF")
+    return _line_figure(runs, tpf_points, "TPF: tokens per forward", "forwards (decode + cache)", "TPF")
 
 
 def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
