@@ -61,7 +61,8 @@ def generate_ui(models, model_path, prompt, mode, tau_mask, edit_on, tau_edit, m
     except REFUSED as err:
         yield (error_html(err),) + (skip,) * 9
         return
-    trace, frames, chart_due = recorder.trace, Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS)
+    # charts of one point say nothing: the first comes after a chart interval (a short run draws them once)
+    trace, frames, chart_due = recorder.trace, Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS, wait_first=True)
     completed = False
     try:
         yield _frame(trace, ghost, True, False, "")  # the prompt and its masks, before the first forward

@@ -128,10 +128,11 @@ def record_pair(runs: dict[str, Iterator[dict]]) -> Iterator[tuple[str, dict]]:
 
 
 class Throttle:
-    """True at most once per `interval` seconds (the first call is always due)."""
+    """True at most once per `interval` seconds (the first call is due unless `wait_first`)."""
 
-    def __init__(self, interval: float):
-        self.interval, self.last = interval, -float("inf")
+    def __init__(self, interval: float, wait_first: bool = False):
+        self.interval = interval
+        self.last = time.perf_counter() if wait_first else -float("inf")
 
     def due(self) -> bool:
         now = time.perf_counter()
