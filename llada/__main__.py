@@ -12,8 +12,6 @@ import argparse
 import json
 import sys
 
-MODES = ("S", "Q", "M2T")
-
 
 def _threshold(text: str) -> float | None:
     if text.lower() in ("off", "none"):
@@ -42,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs the model's tokenizer)")
     src.add_argument("--prompt-ids", type=_ids, help="prompt token ids, comma-separated")
-    g.add_argument("--mode", default="S", type=str.upper, choices=MODES, help="preset (default S)")
+    g.add_argument("--mode", default="S", help="preset: S, Q, M2T or one of the model's presets.json (default S)")
     g.add_argument("--threshold", type=float, help="tau_mask: draft a mask when p > this")
     g.add_argument("--editing-threshold", type=_threshold, default=argparse.SUPPRESS,
                    help="tau_edit: edit a token when p > this; 0 edits every changed token; 'off' disables")
@@ -54,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after a finished block holds EOS (default: the mode's setting)")
     g.add_argument("--mask-id", type=int, help="mask token id (default: from config or tokenizer)")
     g.add_argument("--eos-id", type=int, help="EOS token id (default: from config or tokenizer)")
-    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--temperature", type=float, help="0 = greedy (default: the mode's)")
     g.add_argument("--top-k", type=int)
     g.add_argument("--top-p", type=float)
     g.add_argument("--seed", type=int)
@@ -71,18 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def decode_config(pipe, args):
-    overrides = {"threshold": args.threshold, "max_post_steps": args.max_post_steps,
-                 "eos_early_stop": args.eos_early_stop,
-                 "block_length": args.block_length, "gen_length": args.gen_length,
-                 "mbe_window": args.mbe_window, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    """The mode's settings with every option the user gave on top (the same rule as the API's)."""
+    names = ("threshold", "max_post_steps", "eos_early_stop", "block_length", "gen_length", "mbe_window",
+             "temperature", "top_k", "top_p", "seed")
+    explicit = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if hasattr(args, "editing_threshold"):
-        overrides["editing_threshold"] = args.editing_threshold
+        explicit["editing_threshold"] = args.editing_threshold
     if args.no_edit:
-        overrides["editing_threshold"] = None
-    overrides |= {"temperature": args.temperature,
-                  "mbe": args.mbe, "use_cache": not args.no_cache}
-    return pipe.config(args.mode, **overrides)
+        explicit["editing_threshold"] = None
+    if args.mbe:
+        explicit["mbe"] = True
+    if args.no_cache:
+        explicit["use_cache"] = False
+    return pipe.config(args.mode, **explicit)
 
 
 def run_generate(args) -> dict:
@@ -96,11 +95,10 @@ def run_generate(args) -> dict:
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
     ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
-    result = pipe.generate(ids, cfg)
-    out = result.summary()
-    out.pop("seconds")
+    trace = pipe.generate(ids, cfg)
+    out = trace.summary()
     if pipe.tokenizer is not None:
-        out["text"] = pipe.decode_text(result.output_ids)
+        out["text"] = trace.text
     return out
 
 

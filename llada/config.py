@@ -1,17 +1,22 @@
-"""Model configuration: the keys of a Hugging Face `llada2_moe` config.json, validated.
+"""The two validated configurations: the model's (`ModelConfig`) and a decoding run's (`DecodeConfig`).
 
 `ModelConfig.from_dict` accepts a real checkpoint's config (extra keys are ignored) and raises
 `ConfigError` naming the missing or invalid key. Real sizes (LLaDA2.1-mini): hidden 2048, 20 layers,
 16/4 heads of 128, 256 experts top-8 in 8 groups (4 kept), expert width 512, one shared expert.
+
+`DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling) and raises
+`ValueError` naming the setting and its allowed range; named presets live in `llada.presets`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, fields
+import math
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
 MODEL_TYPE = "llada2_moe"
+MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise for any model
 
 
 class ConfigError(ValueError):
@@ -124,3 +129,65 @@ class ModelConfig:
         out = asdict(self)
         out["architectures"] = ["LLaDA2MoeModelLM"]
         return out
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Settings of one decoding run (official S mode by default; see `llada.presets` for the modes)."""
+
+    threshold: float = 0.5  # tau_mask: a mask is drafted when p > threshold
+    editing_threshold: float | None = 0.0  # tau_edit: a token is edited when p > this; None = editing off
+    max_post_steps: int = 16
+    block_length: int = 32
+    gen_length: int = 128
+    eos_early_stop: bool = False
+    num_to_transfer: int = 1
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    use_cache: bool = True
+    mbe: bool = False
+    mbe_window: int = 1
+
+    def __post_init__(self) -> None:
+        _check_range("threshold", self.threshold, 0.0, 1.0)
+        if self.editing_threshold is not None:
+            _check_range("editing_threshold", self.editing_threshold, 0.0, 1.0)
+        for name in ("block_length", "gen_length", "num_to_transfer", "mbe_window"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("max_post_steps", self.max_post_steps, 0)
+        for name in ("eos_early_stop", "use_cache", "mbe"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _check_range("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        if self.top_k is not None:
+            _check_int("top_k", self.top_k, 1)
+        if self.top_p is not None:
+            _check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        if self.seed is not None:
+            _check_int("seed", self.seed, 0)
+
+    def with_(self, **changes) -> "DecodeConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_range(name: str, value, low: float, high: float, low_open: bool = False) -> None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or value > high or value < low or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must be a number in {bracket}{low}, {high}], got {value!r}")
+
+
+def _check_int(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+def padded_length(prompt_length: int, gen_length: int, block_length: int) -> int:
+    """Positions of a run: prompt + gen_length, rounded up to whole blocks counted from position 0."""
+    return -(-(prompt_length + gen_length) // block_length) * block_length

@@ -79,6 +79,13 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, KVheads, T, D) at [start, start+T) of `layer`; return keys/values of [0, start+T)."""
+        end = start + k.shape[2]
+        self.k[layer, :, :, start:end] = k
+        self.v[layer, :, :, start:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, KVheads, S, D)
+
     def commit(self, end: int) -> None:
         """Keys/values of positions [0, end) are final."""
         if end > self.capacity:
@@ -104,9 +111,7 @@ class Attention(nn.Module):
         k = apply_rope(self.key_layernorm(k).transpose(1, 2), cos, sin)  # (B, nKV, T, D)
         v = v.transpose(1, 2)  # (B, nKV, T, D)
         if cache is not None:
-            cache.k[layer, :, :, start:start + T] = k
-            cache.v[layer, :, :, start:start + T] = v
-            k, v = cache.k[layer, :, :, :start + T], cache.v[layer, :, :, :start + T]  # (B, nKV, S, D)
+            k, v = cache.write(layer, start, k, v)  # (B, nKV, S, D)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
                                              enable_gqa=self.n_head != self.n_kv)  # (B, nH, T, D)
         return self.dense(out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
@@ -223,6 +228,24 @@ class LLaDA2MoE(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.word_embeddings.weight.dtype
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, seed: int | None = None) -> "LLaDA2MoE":
+        """Fresh weights: N(0, std), output projections N(0, std / sqrt(2 * layers)), norms 1, expert bias 0.
+
+        Works in place on any device (after `to_empty` too); `seed` makes it reproducible."""
+        gen = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+        out_std = std / (2 * self.config.num_hidden_layers) ** 0.5
+        for name, t in [*self.named_parameters(), *self.named_buffers()]:
+            if name.endswith("norm.weight"):
+                t.fill_(1.0)
+            elif name.endswith("expert_bias"):
+                t.zero_()
+            elif name.endswith(("dense.weight", "down_proj.weight", "w2")):
+                t.normal_(0.0, out_std, generator=gen)
+            else:
+                t.normal_(0.0, std, generator=gen)
+        return self
 
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         return KVCache(self.config, batch, max_len, self.dtype, self.device)

@@ -2,12 +2,13 @@
 
     pipe = Pipeline.load("assets/model")
     ids = pipe.encode("def fibonacci(n):")
-    for record in pipe.stream(ids, pipe.config("S", gen_length=64)):
+    trace = pipe.new_trace(ids, pipe.config("S", gen_length=64))
+    for record in trace.follow(pipe.stream(ids, trace.settings)):   # one StepRecord per forward
         ...
-    result = pipe.generate(ids, pipe.config("Q"))
+    trace = pipe.generate(ids, pipe.config("Q", mbe=True))           # the finished Trace
 
-A model directory may ship `presets.json` ({"S": {"threshold": .., "editing_threshold": .., ...}, ...})
-with modes tuned for it; otherwise the official LLaDA2.1 values apply.
+Modes come from `llada.presets`: the official table, overridden by the model's own presets.json;
+a named mode sets the settings it names and explicit settings override them (`config`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Iterator
 import torch
 
 from .checkpoint import CheckpointError, load_model
-from .decode import PRESETS, DecodeConfig, GenerateResult, StepRecord, decode, generate
+from .config import DecodeConfig
+from .decode import decode, generate
 from .model import LLaDA2MoE
+from .presets import PresetError, load_presets, merged, resolve
 from .tokenizer import Tokenizer, load_tokenizer
+from .trace import StepRecord, Trace
 
-PRESETS_FILE = "presets.json"
+MASK_TEXT, EOS_TEXT = "[MASK]", "<|endoftext|>"
 
 
 @dataclass
@@ -33,7 +37,7 @@ class Pipeline:
     tokenizer: Tokenizer | None
     mask_id: int
     eos_id: int
-    presets: dict[str, dict] = field(default_factory=lambda: dict(PRESETS))
+    presets: dict[str, dict] = field(default_factory=lambda: merged({}))
     name: str = "model"
     path: Path | None = None
 
@@ -52,11 +56,15 @@ class Pipeline:
         for name, value in (("mask id", mask), ("EOS id", eos)):
             if not 0 <= value < model.config.vocab_size:
                 raise CheckpointError(f"{root}: {name} {value} is outside the vocabulary [0, {model.config.vocab_size})")
-        return cls(model, tokenizer, mask, eos, load_presets(root), raw.get("name", root.name), root)
+        try:
+            presets = load_presets(root)
+        except PresetError as err:
+            raise CheckpointError(str(err)) from None
+        return cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
 
-    def config(self, mode: str = "S", **overrides) -> DecodeConfig:
-        """Decode settings of a mode (S, Q, M2T) of this model, with overrides."""
-        return DecodeConfig.preset(mode, self.presets, **overrides)
+    def config(self, mode: str = "S", **explicit) -> DecodeConfig:
+        """Decode settings of a mode of this model (S, Q, M2T, or its own), explicit settings on top."""
+        return resolve(mode, self.presets, **explicit)
 
     def encode(self, text: str, chat: bool | None = None) -> list[int]:
         if self.tokenizer is None:
@@ -71,14 +79,27 @@ class Pipeline:
     def token_texts(self, ids: list[int]) -> list[str]:
         """A display string for every token id (mask and EOS by name)."""
         if self.tokenizer is None:
-            return [_special(t, self.mask_id, self.eos_id) or str(t) for t in ids]
-        return [_special(t, self.mask_id, self.eos_id) or s for t, s in zip(ids, self.tokenizer.pieces(ids))]
+            return [self._special(t) or str(t) for t in ids]
+        return [self._special(t) or s for t, s in zip(ids, self.tokenizer.pieces(ids))]
+
+    def _special(self, token: int) -> str | None:
+        return MASK_TEXT if token == self.mask_id else EOS_TEXT if token == self.eos_id else None
+
+    def new_trace(self, prompt_ids: list[int], cfg: DecodeConfig, prompt: str = "", mode: str = "") -> Trace:
+        """An empty Trace of a run of this model (fill it with `trace.follow(self.stream(...))`)."""
+        return Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=self.mask_id, eos_id=self.eos_id,
+                     model=self.name, prompt=prompt, mode=mode)
 
     def stream(self, prompt_ids: list[int], cfg: DecodeConfig) -> Iterator[StepRecord]:
+        """The run's records, one per forward; bad settings or a prompt that does not fit raise here."""
         return decode(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
 
-    def generate(self, prompt_ids: list[int], cfg: DecodeConfig) -> GenerateResult:
-        return generate(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
+    def generate(self, prompt_ids: list[int], cfg: DecodeConfig, prompt: str = "", mode: str = "") -> Trace:
+        """Decode to the end; the finished Trace (with the output's text when the model has a tokenizer)."""
+        trace = generate(self.model, prompt_ids, cfg, self.mask_id, self.eos_id,
+                         self.new_trace(prompt_ids, cfg, prompt, mode))
+        trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
+        return trace
 
 
 def _quantize(model: LLaDA2MoE, scheme: str) -> None:
@@ -87,10 +108,6 @@ def _quantize(model: LLaDA2MoE, scheme: str) -> None:
     from .quantize import quantize_model_fp8  # imports the kernels only when asked for
 
     quantize_model_fp8(model, dense=scheme == "fp8-dense")
-
-
-def _special(token: int, mask_id: int, eos_id: int) -> str | None:
-    return "[MASK]" if token == mask_id else "<|endoftext|>" if token == eos_id else None
 
 
 def _mask_id(raw: dict, tokenizer: Tokenizer | None, vocab: int) -> int:
@@ -110,17 +127,3 @@ def _eos_id(raw: dict, tokenizer: Tokenizer | None, root: Path) -> int:
         return tokenizer.eos_id
     raise CheckpointError(f"{root / 'config.json'}: no eos_token_id or pad_token_id, and no tokenizer names EOS; "
                           "pass the EOS id explicitly")
-
-
-def load_presets(root: Path) -> dict[str, dict]:
-    """Official presets, overridden by the model's own `presets.json` when it has one."""
-    path = root / PRESETS_FILE
-    if not path.exists():
-        return dict(PRESETS)
-    try:
-        table = json.loads(path.read_text())
-        for name, values in table.items():
-            DecodeConfig(**values)  # validates every preset
-    except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as err:
-        raise CheckpointError(f"{path}: invalid presets ({err})") from None
-    return dict(PRESETS) | {name.upper(): values for name, values in table.items()}

@@ -38,15 +38,22 @@ def test_generate_streams_and_matches_the_trace_and_the_cli(client, tiny_model_d
     trace = client.predict(api_name="/trace")
     decodes = [r for r in trace["records"] if r["kind"] == "decode"]
     assert stats["forwards"] == len(trace["records"]) and trace["result"]["text"] == text
+    assert trace["result"]["stats"] == stats | {"steps": len(decodes)}
     assert stats["drafts"] == sum(len(r["drafts"]) for r in decodes)
     assert stats["edits"] == sum(len(r["edits"]) for r in decodes)
     pipe = Pipeline.load(tiny_model_dir)
-    result = pipe.generate(pipe.encode(PROMPT), pipe.config("Q", block_length=8, gen_length=16))
-    cli = result.summary()
+    cli = pipe.generate(pipe.encode(PROMPT), pipe.config("Q", block_length=8, gen_length=16)).summary()
     assert (stats["tokens"], stats["tpf"], stats["drafts"], stats["edits"], stats["mbe_edits"]) == (
         len(cli["output_ids"]), cli["tpf"], cli["drafts"], cli["edits"], cli["mbe_edits"])
     assert stats["forwards"] == cli["num_decode_forwards"] + cli["num_cache_forwards"]
-    assert stats["tps"] == pytest.approx(stats["tokens"] / stats["seconds"])
+
+
+@pytest.mark.parametrize("tau_mask, tau_edit, expect", [(None, None, (0.7, 0.5)), (0.3, None, (0.3, 0.5)),
+                                                         (0.95, 0.0, (0.95, 0.0))])
+def test_a_named_mode_sets_thresholds_and_explicit_ones_override(client, tau_mask, tau_edit, expect):
+    client.predict(PROMPT, "Q", tau_mask, tau_edit, False, 8, 8, api_name="/generate")
+    settings = client.predict(api_name="/trace")["settings"]
+    assert (settings["threshold"], settings["editing_threshold"]) == expect
 
 
 @pytest.mark.parametrize("args,message", [
@@ -58,10 +65,15 @@ def test_bad_input_is_refused(client, args, message):
         client.predict(*args, api_name="/generate")
 
 
-def test_queue_survives_refusals_and_compare_runs(client):
+def test_queue_survives_refusals_and_compare_runs(client, tiny_model_dir):
     with pytest.raises(Exception, match="empty"):
         client.predict("", 8, 8, api_name="/compare")
     out = client.predict(PROMPT, 8, 8, api_name="/compare")
     assert set(out) == {"S", "Q"}
-    for stats in out.values():
-        assert stats["tpf"] == pytest.approx(stats["tokens"] / stats["forwards"]) and "text" in stats
+    from llada.pipeline import Pipeline
+
+    pipe = Pipeline.load(tiny_model_dir)
+    for mode, stats in out.items():  # each side equals its own run through the engine
+        alone = pipe.generate(pipe.encode(PROMPT), pipe.config(mode, block_length=8, gen_length=8))
+        assert (stats["text"], stats["forwards"], stats["tpf"], stats["edits"]) == (
+            alone.text, alone.forwards, alone.tpf, alone.edits)

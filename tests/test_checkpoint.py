@@ -123,3 +123,17 @@ def test_config_validation_messages():
         ModelConfig.from_dict(base | {"num_experts_per_tok": 3})
     with pytest.raises(ConfigError, match="partial_rotary_factor"):
         ModelConfig.from_dict(base | {"partial_rotary_factor": 0})
+
+
+def test_tied_embeddings_need_no_lm_head(broken, fixture_dir):
+    tensors = load_file(str(broken / "model.safetensors"))
+    tensors["model.word_embeddings.weight"] = tensors.pop("lm_head.weight")  # one matrix serves both
+    save_file(tensors, str(broken / "model.safetensors"))
+    cfg = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(cfg | {"tie_word_embeddings": True}))
+    tied = load_model(broken)
+    assert torch.equal(tied.lm_head.weight, tied.word_embeddings.weight)
+    assert torch.equal(tied.lm_head.weight, load_model(fixture_dir).lm_head.weight)
+    (broken / "config.json").write_text(json.dumps(cfg))  # untied: lm_head.weight is required
+    with pytest.raises(CheckpointError, match="missing tensor lm_head.weight"):
+        load_model(broken)

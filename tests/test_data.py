@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from llada import corpus, tasks
-from llada.data import Encoded, to_batch
+from llada.eval import tasks
+from llada.train import corpus
+from llada.train.data import Encoded, to_batch
 
 
 @pytest.mark.parametrize("task", list(tasks.TASKS))

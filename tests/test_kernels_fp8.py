@@ -1,9 +1,5 @@
 """FP8 quantization kernels: Triton (under the CPU interpreter) against the PyTorch reference."""
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run kernels on CPU
-
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +8,7 @@ import pytest
 import torch
 
 from llada import kernels
+from llada.kernels.reference import rel_rmse
 from llada.kernels import reference as ref
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
@@ -20,9 +17,6 @@ needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton
 def codes(q: torch.Tensor) -> torch.Tensor:
     return q.view(torch.uint8)
 
-
-def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
 
 
 @needs_triton
@@ -81,7 +75,7 @@ def test_impl_is_an_explicit_choice(monkeypatch):
     assert kernels.resolve_impl("auto", x) == "torch"  # CPU tensors take the reference
     with pytest.raises(ValueError, match="impl must be one of"):
         kernels.resolve_impl("cuda", x)
-    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(RuntimeError, match="CUDA tensors"):
         kernels.quantize_act_fp8(x, impl="triton")
     monkeypatch.setattr(kernels, "triton_available", lambda: False)

@@ -30,9 +30,9 @@ def test_text_round_trip_and_token_pieces(pipe):
 
 
 def test_generate_from_text(pipe):
-    result = pipe.generate(pipe.encode("def add("), pipe.config("Q", gen_length=20, block_length=8))
-    assert 0 < len(result.output_ids) <= 20
-    assert isinstance(pipe.decode_text(result.output_ids), str)
+    trace = pipe.generate(pipe.encode("def add("), pipe.config("Q", gen_length=20, block_length=8), prompt="def add(")
+    assert 0 < len(trace.output_ids) <= 20 and trace.text == pipe.decode_text(trace.output_ids)
+    assert (trace.model, trace.prompt, trace.status) == ("tiny-random", "def add(", "done")
 
 
 def test_model_presets_override_the_official_ones(tiny_model_dir, tmp_path):
@@ -46,7 +46,7 @@ def test_model_presets_override_the_official_ones(tiny_model_dir, tmp_path):
     assert p.config("S").threshold == 0.3 and p.config("S").block_length == 16
     assert p.config("Q").threshold == 0.7  # untouched modes keep the official values
     (d / "presets.json").write_text(json.dumps({"S": {"threshold": 3}}))
-    with pytest.raises(CheckpointError, match="presets.json: invalid presets"):
+    with pytest.raises(CheckpointError, match="presets.json: mode S: threshold"):
         Pipeline.load(d)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llada.bpe import EOS_TOKEN, MASK_TOKEN, build_tokenizer, load_fast, save_tokenizer
+from llada.train.bpe import EOS_TOKEN, MASK_TOKEN, build_tokenizer, load_fast, save_tokenizer
 from llada.tokenizer import Tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "317+985=1302", "sort 73914=13479",

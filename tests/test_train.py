@@ -12,8 +12,9 @@ import torch
 from llada.checkpoint import load_model
 from llada.config import ModelConfig
 from llada.model import LLaDA2MoE
-from llada.objective import Batch, NoiseConfig, corrupt, diffusion_loss, layout_mask, layout_positions
-from llada.train import ExpertBalancer, TrainConfig, init_weights, train
+from llada.train.objective import (Batch, NoiseConfig, corrupt, diffusion_loss, layout_mask, layout_positions,
+                                   noisy_logits, self_draft)
+from llada.train.loop import ExpertBalancer, TrainConfig, train
 
 TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
             head_dim=16, partial_rotary_factor=0.5, intermediate_size=48, moe_intermediate_size=12,
@@ -32,10 +33,7 @@ def one_thread():
 
 
 def tiny_model(seed: int = 0) -> LLaDA2MoE:
-    torch.manual_seed(seed)
-    model = LLaDA2MoE(ModelConfig(**TINY))
-    init_weights(model, std=0.1)
-    return model
+    return LLaDA2MoE(ModelConfig(**TINY)).init_weights(std=0.1, seed=seed)
 
 
 def tiny_batch() -> Batch:
@@ -76,18 +74,57 @@ def test_loss_falls_when_overfitting_one_batch():
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5  # measured ~0.2x: halving leaves room for noise
 
 
-def test_router_and_experts_get_gradients_and_bias_balances():
+def test_router_and_experts_get_gradients():
     model, batch = tiny_model(), tiny_batch()
-    balancer = ExpertBalancer(model, rate=0.01)
     diffusion_loss(model, batch, 4, MASK, NoiseConfig(), torch.Generator().manual_seed(0)).backward()
     moe = model.layers[1].mlp
     assert moe.gate.weight.grad.abs().sum() > 0 and moe.experts.w13.grad.abs().sum() > 0
-    before = moe.gate.expert_bias.clone()
+
+
+def test_balancer_raises_the_bias_of_idle_experts_and_lowers_busy_ones():
+    model, batch = tiny_model(), tiny_batch()
+    balancer = ExpertBalancer(model, rate=0.01)
+    diffusion_loss(model, batch, 4, MASK, NoiseConfig(), torch.Generator().manual_seed(0))
+    router = model.layers[1].mlp.gate
+    load = balancer.counts[router].clone()  # tokens routed to each expert in that forward
+    before = router.expert_bias.clone()
     balancer.step()
-    assert not moe.gate.expert_bias.equal(before)
+    moved = router.expert_bias - before
+    assert torch.equal(moved, 0.01 * torch.sign(load.mean() - load))  # below-average load: bias up
+    assert (moved[load < load.mean()] > 0).all() and (moved[load > load.mean()] < 0).all()
+
+
+def test_loss_weighs_untouched_tokens_by_keep_weight():
+    """The loss is the mean CE over generated positions, masked/replaced ones weighted 1, the rest keep_weight."""
+    model, batch = tiny_model(), tiny_batch()
+    cfg = NoiseConfig(t2t_prob=1.0, keep_weight=0.25)
+    noisy, masked, replaced = corrupt(batch, 4, MASK, 61, cfg, torch.Generator().manual_seed(3))
+    ce = torch.nn.functional.cross_entropy(noisy_logits(model, batch.ids, noisy, 4).transpose(1, 2), batch.ids,
+                                           reduction="none")
+    weight = torch.where(masked | replaced, 1.0, 0.25) * batch.generated()
+    expect = (ce * weight).sum() / weight.sum()
+    got = diffusion_loss(model, batch, 4, MASK, cfg, torch.Generator().manual_seed(3))
+    assert got.item() == pytest.approx(expect.item(), rel=1e-6)  # same draws, same forward: equal up to fp32 sums
+    ones = NoiseConfig(t2t_prob=1.0, keep_weight=1.0)
+    # the same draws with every token weighted 1 give another loss (well beyond float rounding)
+    assert diffusion_loss(model, batch, 4, MASK, ones, torch.Generator().manual_seed(3)).item() != pytest.approx(
+        got.item(), rel=1e-3)
+
+
+def test_self_draft_fills_only_masks_above_the_random_threshold():
+    model, batch = tiny_model(), tiny_batch()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(5)  # peaked predictions: some masks pass the random threshold, some do not
+    noisy, masked, _ = corrupt(batch, 4, MASK, 61, NoiseConfig(), torch.Generator().manual_seed(0))
+    drafted, still = self_draft(model, batch.ids, noisy, masked, 4, torch.Generator().manual_seed(7))
+    p, x0 = torch.softmax(noisy_logits(model, batch.ids, noisy, 4), -1).max(-1)
+    tau = torch.rand(batch.ids.shape[0], 1, generator=torch.Generator().manual_seed(7))  # the draw self_draft made
+    fill = masked & (p > tau)
+    assert torch.equal(still, masked & ~fill) and still.any() and fill.any()
+    assert torch.equal(drafted, torch.where(fill, x0, noisy))
 
 
 def test_train_command_writes_a_loadable_model_dir(tmp_path):

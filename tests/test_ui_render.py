@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
+import pytest
+
 from ui import canvas, charts, export, tables
-from ui.trace import Trace, edit_events, stats
+from llada.trace import Trace
 from ui_helpers import EOS, HTML, NL, TEXTS, hand_trace
 
 
@@ -109,13 +112,13 @@ def test_empty_canvas_has_hooks():
 
 def test_stats_and_edit_log():
     trace = hand_trace()
-    s = stats(trace)
+    s = trace.stats()
     assert (s["steps"], s["drafts"], s["edits"], s["mbe_edits"], s["forwards"]) == (6, 5, 1, 1, 6)
     assert s["tokens"] == 1 and s["tpf"] == 1 / 6  # output is cut after the EOS at position 3
     log = tables.edit_log(trace)
     assert log["kind"].tolist() == ["T2T", "MBE"] and log["position"].tolist() == [3, 3]
     assert log["old"].tolist() == [TEXTS[HTML], TEXTS[NL]] and log["new"].tolist() == [TEXTS[NL], TEXTS[EOS]]
-    assert len(edit_events(trace)) == 2
+    assert len(trace.edit_events()) == 2
     assert "forwards 6" in tables.stats_line(trace) and "MBE edits 1" in tables.stats_line(trace)
 
 
@@ -132,7 +135,9 @@ def test_charts_overlay_runs():
     trace = hand_trace()
     tps, tpf, steps = charts.all_figures([("S", trace), ("Q", trace)])
     assert [t.name for t in tps.data] == ["S", "Q"] and [t.name for t in tpf.data] == ["S", "Q"]
-    assert list(tpf.data[0].y) == [r["output_length"] / r["decode_forwards"] for r in trace.records]
+    # output tokens after each forward (1, 1, 3, then 1 once EOS lands at the first position) / forwards
+    assert list(tpf.data[0].y) == pytest.approx([1 / 1, 1 / 2, 3 / 3, 1 / 4, 1 / 5, 1 / 6])
+    assert list(tps.data[0].x) == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])  # engine seconds so far
     assert {t.name for t in steps.data} == {"S drafts", "S edits (T2T)", "S MBE edits", "Q drafts", "Q edits (T2T)",
                                             "Q MBE edits"}
     assert list(steps.data[0].y) == [1, 0, 2, 1, 1, 0]
@@ -140,7 +145,7 @@ def test_charts_overlay_runs():
 
 def test_trace_json_round_trip():
     trace = hand_trace()
-    back = Trace.from_json(trace.to_json())
+    back = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
     assert back.texts == trace.texts and back.records == trace.records and back.steps == 6
     assert all(canvas.render(back, k) == canvas.render(trace, k) for k in range(7))
 
@@ -156,9 +161,8 @@ def test_replay_html_is_self_contained():
 
 def test_tail_past_the_output_is_counted_not_drawn():
     from ui.canvas import cells, render
-    from ui.trace import Trace
 
-    trace = Trace.from_json(_eos_trace_json())
+    trace = _eos_trace()
     html = render(trace, trace.steps)
     tail = [c for c in cells(trace, trace.steps) if c.tail]
     assert [c.pos for c in tail] == [8, 9, 10, 11] and all(c.cut for c in tail)  # active block 1 stays drawn
@@ -166,24 +170,18 @@ def test_tail_past_the_output_is_counted_not_drawn():
     assert html.count('class="tok') == trace.length  # every position keeps its element
 
 
-def _eos_trace_json() -> str:
+def _eos_trace() -> Trace:
     """A 3-block run whose first generated token is EOS; block 2 was never decoded (tail)."""
-    import json
+    from llada.config import DecodeConfig
+    from llada.trace import Change, StepRecord
 
-    records = [{"kind": "decode", "phase": "draft", "step": 1, "block": 0, "block_step": 1, "window": [0, 4],
-                "active": [0, 4], "threshold": 0.5, "editing_threshold": 0.0, "seconds": 0.01, "t": 0.01,
-                "decode_forwards": 1, "cache_forwards": 0, "output_length": 1,
-                "drafts": [[2, 0, 0.9], [3, 0, 0.9]], "edits": [], "mbe": [], "guesses": [5, 6, 0, 0],
-                "confidence": [0.1, 0.1, 0.9, 0.9]},
-               {"kind": "decode", "phase": "draft", "step": 2, "block": 1, "block_step": 1, "window": [4, 8],
-                "active": [4, 8], "threshold": 0.5, "editing_threshold": 0.0, "seconds": 0.01, "t": 0.02,
-                "decode_forwards": 2, "cache_forwards": 0, "output_length": 1,
-                "drafts": [[4, 0, 0.9], [5, 0, 0.9], [6, 0, 0.9], [7, 0, 0.9]], "edits": [], "mbe": [],
-                "guesses": [0, 0, 0, 0], "confidence": [0.9, 0.9, 0.9, 0.9]}]
-    return json.dumps({"schema": "llada-trace/1", "model": "m", "prompt": "ab", "prompt_ids": [5, 6],
-                       "prompt_length": 2, "block_length": 4,
-                       "settings": {"mode": "S", "threshold": 0.5, "editing_threshold": 0.0, "mbe": False,
-                                    "mbe_window": 1, "block_length": 4, "gen_length": 10},
-                       "mask_id": 1, "eos_id": 0, "length": 12, "texts": {"0": "<|endoftext|>", "1": "[MASK]",
-                                                                          "5": "a", "6": "b"},
-                       "records": records, "result": None})
+    def draft(pos, p=0.9):
+        return Change(pos, 0, 1, p)
+
+    records = [StepRecord("decode", "draft", 1, 0, 1, (0, 4), (0, 4), drafts=[draft(2), draft(3)],
+                          guesses=[5, 6, 0, 0], confidence=[0.1, 0.1, 0.9, 0.9], seconds=0.01),
+               StepRecord("decode", "draft", 2, 1, 1, (4, 8), (4, 8), drafts=[draft(q) for q in range(4, 8)],
+                          guesses=[0, 0, 0, 0], confidence=[0.9] * 4, seconds=0.01)]
+    return Trace(prompt_ids=[5, 6], settings=DecodeConfig(block_length=4, gen_length=10), mask_id=1, eos_id=0,
+                 model="m", prompt="ab", mode="S", texts={0: "<|endoftext|>", 1: "[MASK]", 5: "a", 6: "b"},
+                 records=records)

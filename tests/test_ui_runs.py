@@ -6,11 +6,11 @@ import os
 
 import pytest
 
+from llada.trace import Trace
 from ui import canvas, learn, record
 from ui.handlers import generate_ui
 from ui.models import Models, model_dirs
-from ui.runs import InputError, check_request, decode_config, finish, record as record_run, record_pair
-from ui.trace import Trace, stats
+from ui.runs import InputError, check_request, decode_config, drain, interleave, start
 
 PROMPT = "def add(a, b):"
 
@@ -21,38 +21,45 @@ def models(tiny_model_dir) -> Models:
 
 
 @pytest.mark.parametrize("mode,mbe", [("S", False), ("Q", True)])
-def test_trace_stats_equal_the_cli(models, mode, mbe):
+def test_recorded_run_equals_the_cli(models, mode, mbe):
     pipe = models.get(None)
     req = check_request(PROMPT, mode, mbe=mbe, block_length=8, gen_length=16)
-    recorder, stream = record_run(pipe, req)
-    for _ in stream:
-        pass
-    trace = finish(recorder, pipe)
+    trace = drain(start(pipe, req))
     result = pipe.generate(pipe.encode(PROMPT), decode_config(pipe, req))
-    s = trace.result["stats"]
-    assert trace.result["output_ids"] == result.output_ids
-    assert trace.result["text"] == pipe.decode_text(result.output_ids)
-    assert (s["decode_forwards"], s["cache_forwards"]) == (result.num_decode_forwards, result.num_cache_forwards)
-    assert (s["drafts"], s["edits"], s["mbe_edits"], s["tpf"]) == (result.drafts, result.edits, result.mbe_edits,
-                                                                    result.tpf)
-    assert trace.tokens_at(trace.steps) == result.records[-1].tokens  # deltas rebuild the engine's sequence
-    assert Trace.from_json(trace.to_json()).result == trace.result
+    assert trace.status == "done" and trace.output_ids == result.output_ids
+    assert trace.text == pipe.decode_text(result.output_ids)
+    strip = lambda d: {k: v for k, v in d.items() if k != "tps"}  # noqa: E731 - time differs run to run
+    assert strip(trace.summary()) == strip(result.summary())
+    assert [r.to_dict() | {"seconds": 0} for r in trace.records] == [r.to_dict() | {"seconds": 0}
+                                                                     for r in result.records]
 
 
-def test_ui_handler_streams_frames_and_final_state(models):
-    frames = list(generate_ui(models, None, PROMPT, "Q", 0.7, True, 0.5, False, 1, 8, 16, 16, 0.0, 0, False))
+def _ui(models, prompt=PROMPT, mode="Q", gen_length=16):
+    return generate_ui(models, None, prompt, mode, 0.7, True, 0.5, False, 1, 8, gen_length, 16, 0.0, 0, False)
+
+
+def test_ui_handler_streams_named_frames_and_a_final_state(models):
+    frames = list(_ui(models))
     assert len(frames) >= 2
-    assert 'data-steps="0"' in frames[0][1]  # the first frame: prompt and masks before any forward
-    trace = frames[-1][-1]
-    assert frames[-1][0] == "" and frames[-1][8] == trace.result["text"]
-    assert f'data-steps="{trace.steps}"' in frames[-1][1] and trace.result["complete"]
+    assert 'data-steps="0"' in frames[0].canvas  # the first frame: prompt and masks before any forward
+    last = frames[-1]
+    trace = last.trace
+    assert last.error == "" and last.text == trace.text and trace.status == "done"
+    assert f'data-steps="{trace.steps}"' in last.canvas and len(last.edit_log) == trace.edits + trace.mbe_edits
 
 
-def test_closed_run_stops_the_engine(models):
-    run = generate_ui(models, None, PROMPT, "S", 0.5, True, 0.0, False, 1, 8, 32, 16, 0.0, 0, False)
+def test_closing_the_handler_stops_the_engine(models, monkeypatch):
+    pipe = models.get(None)
+    engines = []
+    real = pipe.stream
+    monkeypatch.setattr(pipe, "stream", lambda *a: engines.append(real(*a)) or engines[-1])
+    run = _ui(models, mode="S", gen_length=64)
     first = next(run)
+    next(run)  # the engine has started
     run.close()  # what Gradio does when a tab closes or Stop is pressed
-    assert first[-1].result is not None and not first[-1].result["complete"]
+    engine = engines[0]
+    assert engine.gi_frame is None and next(engine, None) is None  # the decode generator is finished
+    assert first.trace.status == "stopped" and first.trace.steps < 64
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -65,20 +72,31 @@ def test_bad_input_is_refused(kwargs, message):
 
 
 def test_bad_input_shows_in_error_not_a_crash(models):
-    frames = list(generate_ui(models, None, "", "S", 0.5, True, 0.0, False, 1, 8, 16, 16, 0.0, 0, False))
-    assert len(frames) == 1 and "Refused" in frames[0][0] and "empty" in frames[0][0]
+    frames = list(_ui(models, prompt=""))
+    assert len(frames) == 1 and "Refused" in frames[0].error and "empty" in frames[0].error
     long = "def f(): " * 600  # fits the character limit, not the tiny model's 1024 positions
-    frames = list(generate_ui(models, None, long, "S", 0.5, True, 0.0, False, 1, 8, 16, 16, 0.0, 0, False))
-    assert "positions" in frames[0][0]
+    frames = list(_ui(models, prompt=long))
+    assert "positions" in frames[0].error
 
 
-def test_pair_interleaves_forward_by_forward(models):
+def test_mbe_settings_reach_the_engine(models):
+    pipe = models.get(None)
+    cfg = decode_config(pipe, check_request(PROMPT, "S", mbe=True, mbe_window=3, block_length=8))
+    assert (cfg.mbe, cfg.mbe_window, cfg.block_length) == (True, 3, 8)
+    trace = drain(start(pipe, check_request(PROMPT, "S", mbe=True, mbe_window=3, block_length=8, gen_length=32)))
+    first = len(trace.prompt_ids) // 8
+    assert {trace.step_record(k).window[0] for k in range(1, trace.steps + 1)} >= {first * 8}
+    assert max(r.block - r.window[0] // 8 for r in map(trace.step_record, range(1, trace.steps + 1))) == 3
+
+
+def test_runs_interleave_forward_by_forward(models):
     pipe = models.get(None)
     modes = ("Q", "M2T only")  # no T2T oscillation on a random model: short runs
-    runs = {m: record_run(pipe, check_request(PROMPT, m, block_length=8, gen_length=8)) for m in modes}
-    labels = [label for label, _ in record_pair({m: s for m, (_, s) in runs.items()})]
+    runs = {m: start(pipe, check_request(PROMPT, m, block_length=8, gen_length=8)) for m in modes}
+    labels = [label for label, _ in interleave(runs)]
     assert labels[:4] == ["Q", "M2T only", "Q", "M2T only"]
-    assert [labels.count(m) for m in modes] == [len(runs[m][0].trace.records) for m in modes]
+    assert [labels.count(m) for m in modes] == [len(runs[m].trace.records) for m in modes]
+    assert all(run.trace.status == "done" for run in runs.values())
 
 
 def test_record_script_writes_a_replayable_file(tiny_model_dir, tmp_path):
@@ -88,7 +106,7 @@ def test_record_script_writes_a_replayable_file(tiny_model_dir, tmp_path):
     recordings = learn.load_recordings(out)
     assert len(recordings) == 2
     trace = recordings[next(k for k in recordings if "MBE" in k)]
-    assert trace.settings["mbe"] and stats(trace)["steps"] == trace.steps
+    assert isinstance(trace, Trace) and trace.settings.mbe and trace.status == "done"
     assert f'data-steps="{trace.steps}"' in canvas.render(trace, 1, elem_id="canvas-learn")
     assert "Recording (not live)" in learn.recording_note(trace)
 

@@ -17,38 +17,35 @@ import socket
 from contextlib import closing
 from pathlib import Path
 
-from ui.trace import Trace
+from llada.config import DecodeConfig
+from llada.trace import Change, StepRecord, Trace
 
 CSS = Path(__file__).resolve().parents[1] / "assets" / "style.css"
 MASK, EOS, HTML, NL, A, B = 1, 0, 7, 8, 9, 10
 TEXTS = {MASK: "[MASK]", EOS: "<|endoftext|>", HTML: "<img src=x onerror=alert(1)>", NL: "\n    ", A: "def", B: " f"}
 
 
-def _decode(step, block, phase, drafts=(), edits=(), mbe=(), window=None, threshold=0.5, output_length=0):
+def _decode(step, block, phase, drafts=(), edits=(), mbe=(), window=None):
     lo, hi = block * 4, block * 4 + 4
     window = window or (lo, hi)
     n = window[1] - window[0]
-    return {"kind": "decode", "phase": phase, "step": step, "block": block, "block_step": 1, "window": list(window),
-            "active": [lo, hi], "threshold": threshold, "editing_threshold": 0.0, "drafts": [list(d) for d in drafts],
-            "edits": [list(e) for e in edits], "mbe": [list(e) for e in mbe], "guesses": [B] * n,
-            "confidence": [0.25] * n, "seconds": 0.01, "t": 0.01 * step, "decode_forwards": step,
-            "cache_forwards": 0, "output_length": output_length}
+    return StepRecord(kind="decode", phase=phase, step=step, block=block, block_step=1, window=window,
+                      active=(lo, hi), drafts=[Change(pos, tok, MASK, p) for pos, tok, p in drafts],
+                      edits=[Change(*e) for e in edits], mbe_edits=[Change(*e) for e in mbe], guesses=[B] * n,
+                      confidence=[0.25] * n, seconds=0.01)
 
 
 def hand_trace() -> Trace:
-    settings = {"threshold": 0.5, "editing_threshold": 0.0, "max_post_steps": 16, "block_length": 4, "gen_length": 5,
-                "mbe": True, "mbe_window": 1, "mode": "Custom"}
-    trace = Trace(model="hand", prompt="def f", prompt_ids=[A, B, A], settings=settings, mask_id=MASK, eos_id=EOS,
-                  length=8, texts=dict(TEXTS))
-    for record in (_decode(1, 0, "draft", drafts=[(3, HTML, 0.9)], output_length=1),
-                   _decode(2, 0, "verify", edits=[(3, NL, HTML, 0.8)], output_length=1),
-                   _decode(3, 1, "draft", drafts=[(4, A, 0.7), (5, B, 0.6)], window=(0, 8), output_length=3),
-                   _decode(4, 1, "draft", drafts=[(6, A, 0.3)], mbe=[(3, EOS, NL, 0.95)], window=(0, 8),
-                           output_length=1),
-                   _decode(5, 1, "draft", drafts=[(7, B, 0.99)], window=(0, 8), output_length=1),
-                   _decode(6, 1, "verify", window=(0, 8), output_length=1)):
-        trace.add(record)
-    return trace
+    settings = DecodeConfig(threshold=0.5, editing_threshold=0.0, max_post_steps=16, block_length=4, gen_length=5,
+                            mbe=True, mbe_window=1)
+    records = [_decode(1, 0, "draft", drafts=[(3, HTML, 0.9)]),
+               _decode(2, 0, "verify", edits=[(3, NL, HTML, 0.8)]),
+               _decode(3, 1, "draft", drafts=[(4, A, 0.7), (5, B, 0.6)], window=(0, 8)),
+               _decode(4, 1, "draft", drafts=[(6, A, 0.3)], mbe=[(3, EOS, NL, 0.95)], window=(0, 8)),
+               _decode(5, 1, "draft", drafts=[(7, B, 0.99)], window=(0, 8)),
+               _decode(6, 1, "verify", window=(0, 8))]
+    return Trace(prompt_ids=[A, B, A], settings=settings, mask_id=MASK, eos_id=EOS, model="hand", prompt="def f",
+                 mode="Custom", texts=dict(TEXTS), records=records)
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from .trace import Trace
+from llada.trace import Trace
 
 TAIL_SHOWN = 2  # positions drawn after the output's end (the rest, EOS padding or undecoded, is counted)
 STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
@@ -39,54 +39,48 @@ class Cell:
     tail: bool = False  # far enough past the end to be counted rather than drawn
 
 
-def _history(trace: Trace, step: int) -> tuple[list[int], dict[int, tuple[int, str, float]]]:
-    """The sequence after `step`, and for each written position (step, how, p) of its last write."""
-    tokens = trace.prompt_ids + [trace.mask_id] * (trace.length - trace.prompt_length)
-    written: dict[int, tuple[int, str, float]] = {}
-    for k in range(1, step + 1):
-        record = trace.step_record(k)
-        for how, key in (("draft", "drafts"), ("edit", "edits"), ("MBE edit", "mbe")):
-            for item in record[key]:
-                tokens[item[0]] = item[1]
-                written[item[0]] = (k, how, item[-1])
-    return tokens, written
+WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
+STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
+
+
+def text(trace: Trace, token: int | None) -> str:
+    """The display text of a token id (its id when the trace has no name for it)."""
+    return trace.texts.get(token, str(token))
 
 
 def _fmt_tau(value) -> str:
     return "off" if value is None else f"{value:.2f}"
 
 
-def _tip(trace: Trace, cell: Cell, record: dict | None, written: dict) -> str:
-    q = f'#{cell.pos} "{trace.text(cell.token)}"'
+def _tip(trace: Trace, cell: Cell, record, step: int) -> str:
+    q = f'#{cell.pos} "{text(trace, cell.token)}"'
     if cell.state == "prompt":
         return f"{q} · prompt"
     if cell.state == "mask":
         if cell.ghost is None:
             return f"#{cell.pos} mask"
-        p = record["confidence"][cell.pos - record["window"][0]]
-        return f'#{cell.pos} mask · model\'s guess "{trace.text(cell.ghost)}" p={p:.2f}'
+        return f'#{cell.pos} mask · model\'s guess "{text(trace, cell.ghost)}" p={record.p_at(cell.pos):.2f}'
     if cell.state == "draft":
-        tau = record["threshold"]
+        tau = trace.settings.threshold
         rule = f"> τ_mask {tau:.2f}" if cell.p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
-        return f"{q} · drafted at step {record['step']} · p={cell.p:.2f} {rule}"
+        return f"{q} · drafted at step {record.step} · p={cell.p:.2f} {rule}"
     if cell.state in ("edit", "mbe"):
         how = "T2T edit" if cell.state == "edit" else f"MBE edit of block {cell.block}"
-        return (f'{q} replaced "{trace.text(cell.prev)}" at step {record["step"]} · {how} · '
-                f"p={cell.p:.2f} > τ_edit {_fmt_tau(record['editing_threshold'])}")
-    k, how, p = written[cell.pos]
-    return f"{q} · written at step {k} ({how}, p={p:.2f})"
+        return (f'{q} replaced "{text(trace, cell.prev)}" at step {record.step} · {how} · '
+                f"p={cell.p:.2f} > τ_edit {_fmt_tau(trace.settings.editing_threshold)}")
+    k, kind, p = trace.last_write(cell.pos, step)
+    return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={p:.2f})"
 
 
 def cells(trace: Trace, step: int, ghost: bool = False) -> list[Cell]:
     """Every position of the sequence after decode step `step` (0 = before the first forward)."""
     step = max(0, min(step, trace.steps))
-    tokens, written = _history(trace, step)
+    tokens = trace.tokens_at(step)
     record = trace.step_record(step)
     B = trace.block_length
     first = trace.prompt_length // B
-    active = range(*record["active"]) if record else range(first * B, (first + 1) * B)
-    now = {item[0]: (state, item) for state, key in (("draft", "drafts"), ("edit", "edits"), ("mbe", "mbe"))
-           for item in (record[key] if record else [])}
+    active = range(*record.active) if record else range(first * B, (first + 1) * B)
+    now = {c.pos: (STATE_OF[kind], c) for kind in STATE_OF for c in (getattr(record, kind) if record else [])}
     end = _output_end(trace, tokens)
     out = []
     for pos, token in enumerate(tokens):
@@ -95,15 +89,15 @@ def cells(trace: Trace, step: int, ghost: bool = False) -> list[Cell]:
         if pos < trace.prompt_length:
             cell.state = "prompt"
         elif pos in now:
-            cell.state, item = now[pos]
-            cell.p, cell.prev = item[-1], item[2] if len(item) == 4 else None
+            cell.state, change = now[pos]
+            cell.p, cell.prev = change.p, None if cell.state == "draft" else change.old
         elif token == trace.mask_id:
             cell.state, cell.hidden = "mask", pos not in active
             if ghost and record and not cell.hidden:
-                cell.ghost = record["guesses"][pos - record["window"][0]]
-        elif pos in written:
-            cell.p = written[pos][2]
-        cell.tip = _tip(trace, cell, record, written)
+                cell.ghost = record.guesses[pos - record.window[0]]
+        else:
+            cell.p = trace.last_write(pos, step)[2]
+        cell.tip = _tip(trace, cell, record, step)
         out.append(cell)
     return out
 
@@ -119,7 +113,7 @@ def _output_end(trace: Trace, tokens: list[int]) -> int:
 
 def _token_html(trace: Trace, token: int, cls: str) -> str:
     special = token in (trace.mask_id, trace.eos_id)
-    return f'<span class="{cls}{" sp" if special else ""}">{escape(trace.text(token))}</span>'
+    return f'<span class="{cls}{" sp" if special else ""}">{escape(text(trace, token))}</span>'
 
 
 def cell_html(trace: Trace, cell: Cell) -> str:
@@ -131,7 +125,7 @@ def cell_html(trace: Trace, cell: Cell) -> str:
         if cell.state in ("draft", "edit", "mbe"):
             attrs.append(f'data-p="{cell.p:.4f}"')
     if cell.prev is not None:
-        attrs.append(f'data-prev="{escape(trace.text(cell.prev))}"')
+        attrs.append(f'data-prev="{escape(text(trace, cell.prev))}"')
     if cell.state == "mask":
         inner = _token_html(trace, cell.ghost, "ghost") if cell.ghost is not None else ""
     elif cell.prev is not None:
@@ -170,11 +164,11 @@ def _counts_html(all_cells: list[Cell]) -> str:
 def header_html(trace: Trace, step: int) -> str:
     record = trace.step_record(step)
     s = trace.settings
-    where = (f"step {step}/{trace.steps} · block {record['block']} · {record['phase']}" if record
+    where = (f"step {step}/{trace.steps} · block {record.block} · {record.phase}" if record
              else f"step 0/{trace.steps} · prompt and masks")
-    mbe = f"on (window {s['mbe_window']})" if s.get("mbe") else "off"
-    taus = (f"mode {escape(str(s.get('mode', '')))} · τ_mask {s['threshold']:.2f} · "
-            f"τ_edit {_fmt_tau(s['editing_threshold'])} · MBE {mbe} · block {s['block_length']}")
+    mbe = f"on (window {s.mbe_window})" if s.mbe else "off"
+    taus = (f"mode {escape(trace.mode)} · τ_mask {s.threshold:.2f} · "
+            f"τ_edit {_fmt_tau(s.editing_threshold)} · MBE {mbe} · block {s.block_length}")
     return f'<div class="canvas-head"><span class="where">{where}</span><span class="taus">{taus}</span></div>'
 
 
@@ -195,7 +189,7 @@ def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "
     step = max(0, min(step, trace.steps))
     all_cells = cells(trace, step, ghost)
     record = trace.step_record(step)
-    active = record["block"] if record else trace.prompt_length // trace.block_length
+    active = record.block if record else trace.prompt_length // trace.block_length
     body = _blocks_html(trace, all_cells, active)
     return (f'<div id="{elem_id}" class="canvas" data-step="{step}" data-steps="{trace.steps}">'
             f'{header_html(trace, step)}{legend_html() if legend else ""}<div class="seq">{body}</div></div>')

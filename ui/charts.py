@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .trace import Trace
+from llada.trace import Trace
 
 RUN_COLOURS = ("#2563eb", "#d97706", "#059669", "#7c3aed")  # one per overlaid run
-KIND_DASH = {"drafts": "solid", "edits": "dash", "mbe": "dot"}
+KIND_DASH = {"drafts": "solid", "edits": "dash", "mbe_edits": "dot"}
 AXIS = {"gridcolor": "#e5e7eb", "zerolinecolor": "#cbd5e1", "linecolor": "#cbd5e1"}
 # template "none" plus explicit styling: a named template costs ~10 ms per figure to validate
 LAYOUT = {"margin": {"l": 48, "r": 12, "t": 36, "b": 40}, "height": 260, "template": "none",
@@ -31,29 +31,21 @@ def _colour(i: int) -> str:
 
 def tps_points(trace: Trace) -> tuple[list[float], list[float]]:
     """(engine seconds, output tokens so far / engine seconds) after every forward."""
-    xs, ys = [], []
-    for r in trace.records:
-        if r["t"] > 0:
-            xs.append(r["t"])
-            ys.append(r["output_length"] / r["t"])
-    return xs, ys
+    pairs = [(t, n / t) for t, n in zip(trace.elapsed, trace.output_lengths) if t > 0]
+    return [t for t, _ in pairs], [y for _, y in pairs]
 
 
 def tpf_points(trace: Trace) -> tuple[list[int], list[float]]:
     """(forwards so far, output tokens so far / forwards) after every forward."""
-    xs, ys = [], []
-    for r in trace.records:
-        forwards = r["decode_forwards"] + r["cache_forwards"]
-        xs.append(forwards)
-        ys.append(r["output_length"] / max(forwards, 1))
-    return xs, ys
+    xs = list(range(1, len(trace.records) + 1))
+    return xs, [n / f for f, n in zip(xs, trace.output_lengths)]
 
 
 def step_counts(trace: Trace) -> dict[str, list[int]]:
     """Per decode step: how many drafts, T2T edits and MBE edits it made."""
     decodes = [trace.step_record(k) for k in range(1, trace.steps + 1)]
-    return {"step": list(range(1, trace.steps + 1)), "drafts": [len(r["drafts"]) for r in decodes],
-            "edits": [len(r["edits"]) for r in decodes], "mbe": [len(r["mbe"]) for r in decodes]}
+    return {"step": list(range(1, trace.steps + 1))} | {kind: [len(getattr(r, kind)) for r in decodes]
+                                                          for kind in ("drafts", "edits", "mbe_edits")}
 
 
 def _line_figure(runs: list[tuple[str, Trace]], points, title: str, x_title: str, y_title: str) -> go.Figure:
@@ -78,8 +70,8 @@ def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
     traces = []
     for i, (label, trace) in enumerate(runs):
         counts = step_counts(trace)
-        for kind, name in (("drafts", "drafts"), ("edits", "edits (T2T)"), ("mbe", "MBE edits")):
-            if kind == "mbe" and not any(counts["mbe"]):
+        for kind, name in (("drafts", "drafts"), ("edits", "edits (T2T)"), ("mbe_edits", "MBE edits")):
+            if kind == "mbe_edits" and not any(counts["mbe_edits"]):
                 continue
             traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{label} {name}",
                            "x": counts["step"], "y": counts[kind], "marker": {"size": 4},

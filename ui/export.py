@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import canvas
 from .tables import stats_line
-from .trace import Trace
+from llada.trace import Trace
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
@@ -27,8 +27,8 @@ def replay_html(trace: Trace, title: str | None = None) -> str:
     frames = [canvas.render(trace, k, legend=False) for k in range(trace.steps + 1)]  # one legend, above
     css = (ASSETS / "style.css").read_text()
     js = (ASSETS / "replay.js").read_text()
-    title = title or f"{trace.model} · {trace.settings.get('mode', '')} · LLaDA2.1 decoding replay"
-    text = trace.result["text"] if trace.result else ""
+    title = title or f"{trace.model} · {trace.mode} · LLaDA2.1 decoding replay"
+    text = trace.text or ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -54,8 +54,8 @@ def replay_html(trace: Trace, title: str | None = None) -> str:
 def write_exports(trace: Trace, folder: Path) -> list[Path]:
     """trace.json and replay.html of `trace` in `folder`; returns both paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"llada-{trace.settings.get('mode', 'run').replace(' ', '-')}"
+    stem = f"llada-{(trace.mode or 'run').replace(' ', '-')}"
     json_path, html_path = folder / f"{stem}-trace.json", folder / f"{stem}-replay.html"
-    json_path.write_text(trace.to_json(indent=1), encoding="utf-8")
+    json_path.write_text(json.dumps(trace.to_dict(), ensure_ascii=False), encoding="utf-8")
     html_path.write_text(replay_html(trace), encoding="utf-8")
     return [json_path, html_path]

@@ -1,9 +1,10 @@
 """Event handlers of the playground: generators that run the engine and yield frames, and replays.
 
-Every handler takes plain values and returns component values or updates, in the order of the output
-lists defined in ui/layout.py. Live runs stream at most `CANVAS_FPS` canvas frames and `CHART_FPS`
-chart updates per second (the last frame always goes out); replays re-render a stored Trace and never
-touch the model. Bad input is shown in `#error` (`*_ui`) or raised as `gr.Error` (`*_api`).
+Handlers take plain values and return named frames (`RunFrame`, `CompareFrame`: one field per output
+component; ui/layout.py wires the components by these names), with `gr.skip()` for what a frame leaves
+unchanged. Live runs stream at most `CANVAS_FPS` canvas frames and `CHART_FPS` chart updates per second
+(the last frame always goes out); replays re-render a stored Trace and never touch the model. Bad input
+is shown in `#error` (`*_ui`) or raised as `gr.Error` (`*_api`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,54 @@ from __future__ import annotations
 import tempfile
 from html import escape
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import gradio as gr
 
 from llada.checkpoint import CheckpointError
+from llada.trace import Trace
 
 from . import canvas, charts, export, tables
-from .runs import Throttle, check_request, finish, record, record_pair
-from .trace import Trace, stats
+from .runs import LiveRun, Throttle, check_request, interleave, start
 
 CANVAS_FPS, CHART_FPS = 15.0, 1.0
-REFUSED = (ValueError, CheckpointError)  # InputError is a ValueError; engine checks raise ValueError
+# InputError is a ValueError; engine checks raise ValueError; NonFiniteLogits is a FloatingPointError
+REFUSED = (ValueError, CheckpointError, FloatingPointError)
+
+
+class RunFrame(NamedTuple):
+    """One update of the playground's run view."""
+
+    error: Any
+    canvas: Any
+    step: Any
+    stats: Any
+    chart_tps: Any
+    chart_tpf: Any
+    chart_steps: Any
+    edit_log: Any
+    text: Any
+    trace: Any
+
+
+class CompareFrame(NamedTuple):
+    """One update of the S vs Q comparison."""
+
+    error: Any
+    canvas_s: Any
+    canvas_q: Any
+    step: Any
+    table: Any
+    diff: Any
+    chart_tps: Any
+    chart_tpf: Any
+    chart_steps: Any
+    pair: Any
+
+
+def frame(kind, **values):
+    """A frame of `kind` with `values`, every other output left as it is."""
+    return kind(**({name: gr.skip() for name in kind._fields} | values))
 
 
 def error_html(err: Exception | str | None) -> str:
@@ -30,54 +68,59 @@ def error_html(err: Exception | str | None) -> str:
     return f'<div class="error-box" role="alert"><b>Refused:</b> {escape(str(err))}</div>'
 
 
+def _charts(runs: list[tuple[str, Trace]]) -> dict:
+    tps, tpf, steps = charts.all_figures(runs)
+    return {"chart_tps": tps, "chart_tpf": tpf, "chart_steps": steps}
+
+
 # ---- the playground run -------------------------------------------------------------------------------
 
-def _frame(trace: Trace, ghost: bool, live: bool, figures: bool, text: str | None, final: bool = False) -> tuple:
-    """(error, canvas, step, stats, tps, tpf, steps chart, edit log, text, state) of a playground frame."""
-    skip = gr.skip()
-    figs = charts.all_figures([(trace.settings["mode"], trace)]) if figures else (skip, skip, skip)
-    step = gr.update(maximum=max(trace.steps, 1), value=trace.steps)
-    return ("", canvas.render(trace, trace.steps, ghost), step, tables.stats_line(trace, live), *figs,
-            tables.edit_log(trace) if final else skip, skip if text is None else text, trace)
-
-
-def _partial_text(pipe, trace: Trace) -> str:
-    record = trace.records[-1] if trace.records else None
-    if record is None:
-        return ""
-    tokens = trace.tokens_at(trace.steps)[trace.prompt_length:trace.prompt_length + record["output_length"]]
-    return pipe.decode_text(tokens)
+def _run_frame(run: LiveRun, ghost: bool, live: bool, figures: bool, text: str | None = None) -> RunFrame:
+    trace = run.trace
+    trace.name_tokens(run.pipe.token_texts)
+    values = {"error": "", "canvas": canvas.render(trace, trace.steps, ghost),
+              "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps),
+              "stats": tables.stats_line(trace, live), "trace": trace}
+    if figures:
+        values |= _charts([(trace.mode, trace)])
+    if text is not None:
+        values["text"] = text
+    if not live:
+        values["edit_log"] = tables.edit_log(trace)
+    return frame(RunFrame, **values)
 
 
 def generate_ui(models, model_path, prompt, mode, tau_mask, edit_on, tau_edit, mbe, mbe_window, block_length,
                 gen_length, max_post_steps, temperature, seed, ghost):
     """Run one decode and stream frames of it; the last frame carries the edit log and the final text."""
-    skip = gr.skip()
+    custom = mode == "Custom"  # a named mode sets the thresholds; the sliders only show them
     try:
-        req = check_request(prompt, mode, tau_mask, tau_edit if edit_on else None, mbe, mbe_window, block_length,
-                            gen_length, max_post_steps, temperature, seed)
-        pipe = models.get(model_path)
-        recorder, stream = record(pipe, req)
+        req = check_request(prompt, mode, tau_mask if custom else None, tau_edit if custom else None,
+                            edit_on or not custom, mbe, mbe_window, block_length, gen_length, max_post_steps,
+                            temperature, seed)
+        run = start(models.get(model_path), req)
     except REFUSED as err:
-        yield (error_html(err),) + (skip,) * 9
+        yield frame(RunFrame, error=error_html(err))
         return
     # charts of one point say nothing: the first comes after a chart interval (a short run draws them once)
-    trace, frames, chart_due = recorder.trace, Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS, wait_first=True)
-    completed = False
+    frames, chart_due = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS, wait_first=True)
     try:
-        yield _frame(trace, ghost, True, False, "")  # the prompt and its masks, before the first forward
-        for rec in stream:
-            if rec["kind"] == "decode" and frames.due():
+        yield _run_frame(run, ghost, True, False, "")  # the prompt and its masks, before the first forward
+        for record in run.records:
+            if record.kind == "decode" and frames.due():
                 figures = chart_due.due()
-                yield _frame(trace, ghost, True, figures, _partial_text(pipe, trace) if figures else None)
-        completed = True
+                yield _run_frame(run, ghost, True, figures, _partial_text(run) if figures else None)
+        run.close("done")
     except REFUSED as err:
-        yield (error_html(err),) + (skip,) * 9
+        yield frame(RunFrame, error=error_html(err))
         return
     finally:
-        stream.close()  # a closed tab or Stop closes this generator, and with it the engine's
-        finish(recorder, pipe, complete=completed)
-    yield _frame(trace, ghost, False, True, trace.result["text"], final=True)
+        run.close()  # a closed tab or Stop closes this generator, and with it the engine's
+    yield _run_frame(run, ghost, False, True, run.trace.text)
+
+
+def _partial_text(run: LiveRun) -> str:
+    return run.pipe.decode_text(run.trace.output_ids)
 
 
 # ---- replay ---------------------------------------------------------------------------------------------
@@ -116,7 +159,7 @@ def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tupl
         return gr.skip(), gr.skip()
     for k in range(int(step or 0) + 1, trace.steps + 1):
         record = trace.step_record(k)
-        if record["edits"] or record["mbe"]:
+        if record.edits or record.mbe_edits:
             return canvas.render(trace, k, bool(ghost), elem_id=elem_id), k
     return gr.skip(), gr.skip()
 
@@ -130,50 +173,47 @@ def export_files(trace: Trace | None) -> list[str] | None:
 
 # ---- S vs Q ---------------------------------------------------------------------------------------------
 
-def _compare_frame(traces: dict[str, Trace], step: int | None, figures: bool, final: bool) -> tuple:
-    """(error, canvas S, canvas Q, step, table, diff, tps, tpf, steps chart, state) of the comparison."""
-    skip = gr.skip()
-    runs = list(traces.items())
+def _compare_frame(runs: dict[str, LiveRun], figures: bool, final: bool) -> CompareFrame:
+    traces = {label: run.trace for label, run in runs.items()}
+    for run in runs.values():
+        run.trace.name_tokens(run.pipe.token_texts)
     top = max(t.steps for t in traces.values())
-    step = top if step is None else step
-    figs = charts.all_figures(runs) if figures else (skip, skip, skip)
-    diff = tables.diff_html(traces["S"].result["text"], traces["Q"].result["text"]) if final else skip
-    s_html = canvas.render(traces["S"], step, elem_id="canvas-s")
-    q_html = canvas.render(traces["Q"], step, elem_id="canvas-q")
-    return ("", s_html, q_html, gr.update(maximum=max(top, 1), value=step), tables.stats_table(runs), diff, *figs,
-            traces)
+    values = {"error": "", "canvas_s": canvas.render(traces["S"], top, elem_id="canvas-s"),
+              "canvas_q": canvas.render(traces["Q"], top, elem_id="canvas-q"),
+              "step": gr.update(maximum=max(top, 1), value=top), "table": tables.stats_table(list(traces.items())),
+              "pair": traces}
+    if figures:
+        values |= _charts(list(traces.items()))
+    if final:
+        values["diff"] = tables.diff_html(traces["S"].text or "", traces["Q"].text or "")
+    return frame(CompareFrame, **values)
 
 
-def _compare_runs(models, model_path, prompt, block_length, gen_length):
-    """Yields (pipe, traces, done) after every forward of an interleaved S and Q run."""
+def _compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
     pipe = models.get(model_path)
-    recorders, streams = {}, {}
-    for mode in ("S", "Q"):
-        req = check_request(prompt, mode, block_length=block_length, gen_length=gen_length)
-        recorders[mode], streams[mode] = record(pipe, req)
-    traces = {m: r.trace for m, r in recorders.items()}
-    pair = record_pair(streams)
-    try:
-        yield pipe, traces, False
-        for _ in pair:
-            yield pipe, traces, False
-    finally:
-        pair.close()
-        for recorder in recorders.values():
-            finish(recorder, pipe)
-    yield pipe, traces, True
+    return {mode: start(pipe, check_request(prompt, mode, block_length=block_length, gen_length=gen_length))
+            for mode in ("S", "Q")}
 
 
 def compare_ui(models, model_path, prompt, block_length, gen_length):
     """S and Q on one prompt, interleaved forward by forward, streamed on a shared step timeline."""
-    skip = gr.skip()
-    frames, chart_due = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS)
     try:
-        for _, traces, done in _compare_runs(models, model_path, prompt, block_length, gen_length):
-            if done or frames.due():
-                yield _compare_frame(traces, None, done or chart_due.due(), done)
+        runs = _compare_runs(models, model_path, prompt, block_length, gen_length)
     except REFUSED as err:
-        yield (error_html(err),) + (skip,) * 9
+        yield frame(CompareFrame, error=error_html(err))
+        return
+    frames, chart_due, pair = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS), interleave(runs)
+    try:
+        yield _compare_frame(runs, False, False)
+        for _ in pair:
+            if frames.due():
+                yield _compare_frame(runs, chart_due.due(), False)
+    except REFUSED as err:
+        yield frame(CompareFrame, error=error_html(err))
+        return
+    finally:
+        pair.close()  # Stop or a closed tab ends both engines
+    yield _compare_frame(runs, True, True)
 
 
 def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
@@ -186,43 +226,45 @@ def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
 # ---- API ------------------------------------------------------------------------------------------------
 
 def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
-    """Streams (text so far, stats); the last update is the final text and the run's stats."""
+    """Streams (text so far, stats); the last update is the final text and the run's stats.
+
+    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it."""
     try:
-        req = check_request(prompt, mode, tau_mask, tau_edit, mbe, 1, block_length, gen_length)
-        pipe = models.get(None)
-        recorder, stream = record(pipe, req)
+        req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
+        run = start(models.get(None), req)
     except REFUSED as err:
         raise gr.Error(str(err)) from None
-    trace, due, completed = recorder.trace, Throttle(1 / CHART_FPS), False
+    due = Throttle(1 / CHART_FPS)
     try:
-        yield "", api_stats(stats(trace)), trace
-        for rec in stream:
-            if rec["kind"] == "decode" and due.due():
-                yield _partial_text(pipe, trace), api_stats(stats(trace)), trace
-        completed = True
+        yield "", api_stats(run.trace), run.trace
+        for record in run.records:
+            if record.kind == "decode" and due.due():
+                yield _partial_text(run), api_stats(run.trace), run.trace
+        run.close("done")
     except REFUSED as err:
         raise gr.Error(str(err)) from None
     finally:
-        stream.close()
-        finish(recorder, pipe, complete=completed)
-    yield trace.result["text"], api_stats(trace.result["stats"]), trace
+        run.close()
+    yield run.trace.text, api_stats(run.trace), run.trace
 
 
-def api_stats(values: dict) -> dict:
+def api_stats(trace: Trace) -> dict:
     """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts)."""
     keys = ("forwards", "decode_forwards", "cache_forwards", "tokens", "tpf", "tps", "seconds", "drafts", "edits",
             "mbe_edits")
+    values = trace.stats()
     return {k: values[k] for k in keys}
 
 
 def compare_api(models, prompt, block_length, gen_length) -> dict:
     """Final stats and text of S and Q on one prompt."""
     try:
-        for _, traces, done in _compare_runs(models, None, prompt, block_length, gen_length):
-            pass
+        runs = _compare_runs(models, None, prompt, block_length, gen_length)
+        for _ in interleave(runs):
+            pass  # interleave closes each run as it ends
     except REFUSED as err:
         raise gr.Error(str(err)) from None
-    return {mode: api_stats(t.result["stats"]) | {"text": t.result["text"]} for mode, t in traces.items()}
+    return {mode: api_stats(run.trace) | {"text": run.trace.text} for mode, run in runs.items()}
 
 
 def trace_api(trace: Trace | None) -> dict:
@@ -230,3 +272,4 @@ def trace_api(trace: Trace | None) -> dict:
     if trace is None:
         raise gr.Error("no run yet in this session: call /generate first")
     return trace.to_dict()
+

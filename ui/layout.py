@@ -13,8 +13,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from llada.decode import PRESETS
-from llada.pipeline import load_presets
+from llada.presets import load_presets, merged
 
 from . import canvas, handlers, learn, tables
 from .models import Models, on_gpu
@@ -24,6 +23,7 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DECODE = {"concurrency_id": "decode", "concurrency_limit": 1}
 REPLAY = {"concurrency_limit": 8, "show_progress": "hidden"}
 SPEEDS = ["0.5", "1", "2", "4"]
+CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
 
 
 def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
@@ -31,7 +31,7 @@ def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
 
 
 def presets_of(model_path: str | None) -> dict[str, dict]:
-    return load_presets(Path(model_path)) if model_path else dict(PRESETS)
+    return load_presets(Path(model_path)) if model_path else merged({})
 
 
 def presets_note(model_path: str | None) -> str:
@@ -150,7 +150,8 @@ def _api_inputs() -> SimpleNamespace:
     a = SimpleNamespace()
     with gr.Column(visible=False):
         a.prompt, a.mode = gr.Textbox(label="prompt"), gr.Textbox(label="mode")
-        a.tau_mask, a.tau_edit = gr.Number(label="tau_mask"), gr.Number(label="tau_edit")
+        a.tau_mask = gr.Number(None, label="tau_mask")  # null: the mode's value
+        a.tau_edit = gr.Number(None, label="tau_edit")
         a.mbe = gr.Checkbox(label="mbe")
         a.block_length, a.gen_length = gr.Number(label="block_length"), gr.Number(label="gen_length")
         a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
@@ -176,7 +177,9 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace) -> 
 
     inputs = [c.model, c.prompt, c.mode, c.tau_mask, c.edit_on, c.tau_edit, c.mbe, c.mbe_window, c.block_length,
               c.gen_length, c.max_post, c.temperature, c.seed, c.ghost]
-    outputs = [v.error, v.canvas, v.step, v.stats, *v.charts, v.edit_log, v.text, trace]
+    parts = {"error": v.error, "canvas": v.canvas, "step": v.step, "stats": v.stats, "edit_log": v.edit_log,
+             "text": v.text, "trace": trace} | dict(zip(CHARTS, v.charts))
+    outputs = [parts[name] for name in handlers.RunFrame._fields]
     event = c.generate.click(run, inputs, outputs, api_visibility="private", show_progress="minimal", **DECODE)
     c.stop.click(None, None, None, cancels=[event])
 
@@ -200,7 +203,9 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
     def run(*args):
         yield from handlers.compare_ui(models, *args)
 
-    outputs = [error, v.canvas_s, v.canvas_q, v.step, v.table, v.diff, *v.charts, pair]
+    parts = {"error": error, "canvas_s": v.canvas_s, "canvas_q": v.canvas_q, "step": v.step, "table": v.table,
+             "diff": v.diff, "pair": pair} | dict(zip(CHARTS, v.charts))
+    outputs = [parts[name] for name in handlers.CompareFrame._fields]
     v.run.click(run, [c.model, c.prompt, c.block_length, c.gen_length], outputs, api_visibility="private",
                 show_progress="minimal", **DECODE)
     v.step.input(handlers.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",

@@ -10,7 +10,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from .trace import Trace
+from llada.trace import Trace
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 LEARN_TEXT = ASSETS / "learn.md"
@@ -18,9 +18,8 @@ RECORDING = ASSETS / "learn_trace.json"
 
 
 def run_label(trace: Trace) -> str:
-    s = trace.settings
-    mbe = " + MBE" if s.get("mbe") else ""
-    return f"{s.get('mode', '?')}{mbe}: {trace.prompt[:40]}"
+    mbe = " + MBE" if trace.settings.mbe else ""
+    return f"{trace.mode or '?'}{mbe}: {trace.prompt[:40]}"
 
 
 def load_recordings(path: Path = RECORDING) -> dict[str, Trace]:
@@ -43,8 +42,8 @@ def recording_note(trace: Trace | None) -> str:
         return ('<p class="recording-label">No recording yet: run <code>python -m ui.record</code> to make '
                 "one.</p>")
     s = trace.settings
-    tau_edit = "off" if s["editing_threshold"] is None else f"{s['editing_threshold']:.2f}"
+    tau_edit = "off" if s.editing_threshold is None else f"{s.editing_threshold:.2f}"
     return (f'<p class="recording-label">Recording (not live) of model <code>{escape(trace.model)}</code>, '
-            f"mode {escape(str(s.get('mode')))} (τ_mask {s['threshold']:.2f}, τ_edit {tau_edit}, "
-            f"MBE {'on' if s.get('mbe') else 'off'}), made with this engine by <code>python -m ui.record</code>."
+            f"mode {escape(trace.mode)} (τ_mask {s.threshold:.2f}, τ_edit {tau_edit}, "
+            f"MBE {'on' if s.mbe else 'off'}), made with this engine by <code>python -m ui.record</code>."
             "</p>")

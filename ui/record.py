@@ -17,8 +17,9 @@ from llada.pipeline import Pipeline
 
 from .learn import RECORDING
 from .models import DEFAULT_MODEL
-from .runs import check_request, finish, record
-from .trace import Trace
+from llada.trace import Trace
+
+from .runs import check_request, drain, start
 
 DEFAULT_PROMPT = "def fibonacci(n):"
 DEFAULT_RUNS = ("S", "Q", "S+MBE")
@@ -28,10 +29,7 @@ def record_run(pipe: Pipeline, prompt: str, run: str, block_length: int, gen_len
     """One recorded run; `run` is a mode (S, Q, M2T only) with an optional '+MBE'."""
     mode, _, extra = run.partition("+")
     req = check_request(prompt, mode, mbe=extra.upper() == "MBE", block_length=block_length, gen_length=gen_length)
-    recorder, stream = record(pipe, req)
-    for _ in stream:
-        pass
-    return finish(recorder, pipe)
+    return drain(start(pipe, req))
 
 
 def record_file(model: Path, out: Path, prompt: str, runs: list[str], block_length: int, gen_length: int) -> dict:
@@ -55,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     data = record_file(args.model, args.out, args.prompt, args.runs, args.block_length, args.gen_length)
     for run in data["runs"]:
         s = run["result"]["stats"]
-        print(f"{run['settings']['mode']}{' + MBE' if run['settings']['mbe'] else ''}: {s['steps']} steps, "
+        print(f"{run['mode']}{' + MBE' if run['settings']['mbe'] else ''}: {s['steps']} steps, "
               f"{s['tokens']} tokens, TPF {s['tpf']:.2f}, edits {s['edits']}, MBE edits {s['mbe_edits']}")
     print(f"wrote {args.out}")
 

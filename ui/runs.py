@@ -1,8 +1,12 @@
-"""Requests of the playground: checked inputs, the decode settings they mean, and recorded runs.
+"""Requests of the playground: checked inputs, the decode settings they mean, and live runs.
 
 `check_request` refuses bad input with a short `InputError` (shown in `#error`, or as a Gradio error
-over the API). `record` runs the engine's generator and yields the growing Trace after every forward;
-`record_pair` interleaves two runs forward by forward, so S and Q share one timeline.
+over the API). `start` turns a request into a `LiveRun`: the engine's Trace and the iterator of its
+records (the engine runs as the iterator is pulled). `interleave` steps several runs forward by
+forward, so S and Q share one timeline.
+
+Settings follow the engine's one rule (`llada.presets`): a named mode sets the thresholds, a threshold
+given explicitly overrides it; Custom is the model's S mode with the sliders' thresholds.
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from llada.decode import DecodeConfig
-
-from .trace import Recorder, Trace, new_trace
+from llada.config import DecodeConfig
+from llada.trace import StepRecord, Trace
 
 MODES = ("S", "Q", "M2T only", "Custom")
+ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S"}  # UI label -> preset
 LIMITS = {"block_length": (4, 128), "gen_length": (8, 1024), "max_post_steps": (0, 64), "mbe_window": (1, 4),
           "temperature": (0.0, 2.0), "seed": (0, 2**31 - 1)}
 MAX_PROMPT_CHARS = 8000
@@ -30,11 +34,12 @@ class InputError(ValueError):
 class Request:
     prompt: str
     mode: str = "S"
-    tau_mask: float = 0.5
-    tau_edit: float | None = 0.0  # None = editing off
+    tau_mask: float | None = None  # None = the mode's value
+    tau_edit: float | None = None  # None = the mode's value
+    edit: bool = True  # False switches editing (T2T) off
     mbe: bool = False
     mbe_window: int = 1
-    block_length: int = 32
+    block_length: int | None = None  # None = the mode's value
     gen_length: int = 128
     max_post_steps: int | None = None  # None = the mode's value
     temperature: float = 0.0
@@ -51,80 +56,101 @@ def _number(name: str, value, low: float, high: float, integer: bool = False) ->
     return int(value) if integer else float(value)
 
 
-def check_request(prompt, mode="S", tau_mask=0.5, tau_edit=0.0, mbe=False, mbe_window=1, block_length=32,
-                  gen_length=128, max_post_steps=None, temperature=0.0, seed=None) -> Request:
+def _optional(name: str, value, low: float, high: float, integer: bool = False):
+    return None if value is None or value == "" else _number(name, value, low, high, integer)
+
+
+def check_request(prompt, mode="S", tau_mask=None, tau_edit=None, edit=True, mbe=False, mbe_window=1,
+                  block_length=None, gen_length=128, max_post_steps=None, temperature=0.0, seed=None) -> Request:
     """A validated Request, or InputError naming the first bad input."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InputError("the prompt is empty: type something for the model to continue")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise InputError(f"the prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})")
-    if mode not in MODES:
+    if mode not in ENGINE_MODE:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    ints = {name: _number(name, value, *LIMITS[name], integer=True) for name, value in
-            (("block_length", block_length), ("gen_length", gen_length), ("mbe_window", mbe_window))}
-    if max_post_steps is not None:
-        ints["max_post_steps"] = _number("max_post_steps", max_post_steps, *LIMITS["max_post_steps"], integer=True)
-    if seed not in (None, ""):
-        ints["seed"] = _number("seed", seed, *LIMITS["seed"], integer=True)
-    return Request(prompt=prompt, mode=mode, tau_mask=_number("tau_mask", tau_mask, 0.0, 1.0),
-                   tau_edit=None if tau_edit is None else _number("tau_edit", tau_edit, 0.0, 1.0), mbe=bool(mbe),
-                   temperature=_number("temperature", temperature, *LIMITS["temperature"]), **ints)
+    return Request(prompt=prompt, mode=mode, tau_mask=_optional("tau_mask", tau_mask, 0.0, 1.0),
+                   tau_edit=_optional("tau_edit", tau_edit, 0.0, 1.0), edit=bool(edit), mbe=bool(mbe),
+                   mbe_window=_number("mbe_window", mbe_window, *LIMITS["mbe_window"], integer=True),
+                   block_length=_optional("block_length", block_length, *LIMITS["block_length"], integer=True),
+                   gen_length=_number("gen_length", gen_length, *LIMITS["gen_length"], integer=True),
+                   max_post_steps=_optional("max_post_steps", max_post_steps, *LIMITS["max_post_steps"], True),
+                   temperature=_number("temperature", temperature, *LIMITS["temperature"]),
+                   seed=_optional("seed", seed, *LIMITS["seed"], integer=True))
 
 
 def preset_values(presets: dict[str, dict], mode: str) -> dict:
-    """The values in force for a preset of a model (its presets.json over the official ones)."""
+    """The values in force for a UI mode of a model (its presets.json over the official ones)."""
     if mode == "Custom":
         return {}
-    cfg = DecodeConfig.preset(mode, presets)
+    from llada.presets import resolve
+
+    cfg = resolve(ENGINE_MODE[mode], presets)
     return {key: getattr(cfg, key) for key in PRESET_KEYS}
 
 
 def decode_config(pipe, req: Request) -> DecodeConfig:
-    """The DecodeConfig of a request: the mode's thresholds (sliders for Custom) and the run's lengths."""
-    overrides = {"block_length": req.block_length, "gen_length": req.gen_length, "mbe": req.mbe,
-                 "mbe_window": req.mbe_window, "temperature": req.temperature, "seed": req.seed}
-    if req.max_post_steps is not None:
-        overrides["max_post_steps"] = req.max_post_steps
-    if req.mode == "Custom":  # the model's S settings (post steps, EOS stop) with the sliders' thresholds
-        overrides |= {"threshold": req.tau_mask, "editing_threshold": req.tau_edit}
-        return pipe.config("S", **overrides)
-    return pipe.config(req.mode, **overrides)
+    """The DecodeConfig of a request: the mode's settings, the request's explicit ones on top."""
+    explicit = {"gen_length": req.gen_length, "mbe": req.mbe, "mbe_window": req.mbe_window,
+                "temperature": req.temperature, "seed": req.seed}
+    optional = {"threshold": req.tau_mask, "editing_threshold": req.tau_edit, "block_length": req.block_length,
+                "max_post_steps": req.max_post_steps}
+    explicit |= {k: v for k, v in optional.items() if v is not None}
+    if not req.edit:
+        explicit["editing_threshold"] = None
+    return pipe.config(ENGINE_MODE[req.mode], **explicit)
 
 
-def prepare(pipe, req: Request) -> tuple[list[int], DecodeConfig]:
-    """Prompt ids and settings; InputError when the prompt and lengths do not fit the model."""
+@dataclass
+class LiveRun:
+    """A run in progress: its Trace (growing) and the iterator that drives the engine."""
+
+    pipe: object
+    trace: Trace
+    records: Iterator[StepRecord]
+
+    def close(self, status: str = "stopped", note: str = "") -> Trace:
+        """Stop the engine (if still running) and finish the trace with its text and token names."""
+        self.records.close()
+        if self.trace.status == "running":
+            self.trace.finish(status, note, text=self.pipe.decode_text(self.trace.output_ids))
+        self.trace.name_tokens(self.pipe.token_texts)
+        return self.trace
+
+
+def start(pipe, req: Request) -> LiveRun:
+    """A new run of `req` (InputError when the prompt and lengths do not fit the model); starts on first pull."""
     cfg = decode_config(pipe, req)
     ids = pipe.encode(req.prompt)
-    B = cfg.block_length
-    total = -(-(len(ids) + cfg.gen_length) // B) * B
-    limit = pipe.model.config.max_position_embeddings
-    if total > limit:
-        raise InputError(f"the prompt ({len(ids)} tokens) plus gen_length {cfg.gen_length}, padded to blocks of {B}, "
-                         f"needs {total} positions; this model allows {limit}")
-    return ids, cfg
+    try:
+        stream = pipe.stream(ids, cfg)  # checks the settings and the prompt now
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.mode)
+    return LiveRun(pipe, trace, trace.follow(stream))
 
 
-def record(pipe, req: Request) -> tuple[Recorder, Iterator[dict]]:
-    """A recorder of a new run of `req` and the iterator of its records (the engine starts on first next)."""
-    ids, cfg = prepare(pipe, req)
-    recorder = Recorder(new_trace(pipe, req.prompt, ids, cfg, req.mode), pipe.token_texts)
-    return recorder, recorder.drain(pipe.stream(ids, cfg))
+def drain(run: LiveRun) -> Trace:
+    """Run to the end; the finished Trace."""
+    for _ in run.records:
+        pass
+    return run.close("done")
 
 
-def record_pair(runs: dict[str, Iterator[dict]]) -> Iterator[tuple[str, dict]]:
+def interleave(runs: dict[str, LiveRun]) -> Iterator[tuple[str, StepRecord]]:
     """Step every run in turn, one forward each, until all are done; yields (label, record)."""
     live = dict(runs)
     try:
         while live:
             for label in list(live):
-                item = next(live[label], None)
-                if item is None:
-                    del live[label]
+                record = next(live[label].records, None)
+                if record is None:
+                    live.pop(label).close("done")
                 else:
-                    yield label, item
+                    yield label, record
     finally:
-        for it in runs.values():
-            it.close()
+        for run in runs.values():
+            run.close()
 
 
 class Throttle:
@@ -140,9 +166,3 @@ class Throttle:
             self.last = now
             return True
         return False
-
-
-def finish(recorder: Recorder, pipe, complete: bool = True) -> Trace:
-    if recorder.trace.result is None:
-        recorder.finish(pipe.decode_text, complete=complete)
-    return recorder.trace

@@ -8,7 +8,9 @@ from html import escape
 
 import pandas as pd
 
-from .trace import Trace, edit_events, stats
+from llada.trace import Trace
+
+from .canvas import text
 
 STATS_COLUMNS = ["run", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"]
 EDIT_COLUMNS = ["step", "block", "position", "old", "new", "p", "kind"]
@@ -18,8 +20,8 @@ def stats_line(trace: Trace | None, live: bool = False) -> str:
     """The run's numbers as one line of text (the `#stats` element)."""
     if trace is None:
         return "No run yet."
-    s = trace.result["stats"] if trace.result else stats(trace)
-    state = "running…" if live else ("stopped early" if trace.result and not trace.result["complete"] else "done")
+    s = trace.stats()
+    state = "running…" if live else {"running": "running…", "done": "done", "stopped": "stopped early"}[trace.status]
     return (f"{state} · forwards {s['forwards']} ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
             f"tokens {s['tokens']} · TPF {s['tpf']:.2f} · TPS {s['tps']:.1f} · drafts {s['drafts']} · "
             f"edits {s['edits']} · MBE edits {s['mbe_edits']}")
@@ -28,7 +30,7 @@ def stats_line(trace: Trace | None, live: bool = False) -> str:
 def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:
     rows = []
     for label, trace in runs:
-        s = trace.result["stats"] if trace.result else stats(trace)
+        s = trace.stats()
         rows.append([label, s["forwards"], s["tokens"], round(s["tpf"], 3), round(s["tps"], 1), s["drafts"],
                      s["edits"], s["mbe_edits"]])
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
@@ -38,8 +40,9 @@ def edit_log(trace: Trace | None) -> pd.DataFrame:
     """Every edit of the run: step, block, position, old → new, p, T2T or MBE."""
     if trace is None:
         return pd.DataFrame(columns=EDIT_COLUMNS)
-    rows = [[e["step"], e["block"], e["pos"], trace.text(e["old"]), trace.text(e["new"]), round(e["p"], 3),
-             e["kind"]] for e in edit_events(trace)]
+    kinds = {"edits": "T2T", "mbe_edits": "MBE"}
+    rows = [[step, c.pos // trace.block_length, c.pos, text(trace, c.old), text(trace, c.token), round(c.p, 3),
+             kinds[kind]] for step, kind, c in trace.edit_events()]
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)
 
 

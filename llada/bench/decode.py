@@ -33,13 +33,7 @@ MINI_PROPORTIONS = {"vocab_size": 8192, "hidden_size": 256, "num_hidden_layers":
 
 
 def random_model(seed: int = 0) -> LLaDA2MoE:
-    torch.manual_seed(seed)
-    model = LLaDA2MoE(ModelConfig(**MINI_PROPORTIONS))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.02)
-    return model.eval()
+    return LLaDA2MoE(ModelConfig(**MINI_PROPORTIONS)).init_weights(seed=seed).eval().requires_grad_(False)
 
 
 def run_one(model: LLaDA2MoE, prompt: list[int], gen_length: int, use_cache: bool) -> dict:

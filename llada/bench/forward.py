@@ -44,19 +44,11 @@ SHAPES = {
 
 
 def random_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LLaDA2MoE:
-    """Allocate on `device` directly (no CPU copy of 16B parameters) and fill with N(0, 0.02)."""
-    torch.manual_seed(seed)
+    """Allocate on `device` directly (no CPU copy of 16B parameters) and fill with fresh weights."""
     with torch.device("meta"):
         model = LLaDA2MoE(cfg)
     model = model.to_empty(device=device).to(dtype).eval().requires_grad_(False)
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        if name.endswith("norm.weight"):
-            t.fill_(1.0)
-        elif name.endswith("expert_bias"):
-            t.zero_()
-        else:
-            t.normal_(0.0, 0.02)
-    return model
+    return model.init_weights(seed=seed)
 
 
 def prefill(model: LLaDA2MoE, prefix: int, block: int, generator: torch.Generator):

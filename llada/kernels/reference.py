@@ -98,3 +98,8 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
         y = h @ dequantize_weight_fp8(w2[e], w2_scale[e]).T  # (n, H)
         out.index_add_(0, token, y * weights[token, slot, None].float())
     return out.to(x.dtype)
+
+
+def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative RMS error of `a` against `b`: the measure low-precision GEMMs are judged by."""
+    return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()

@@ -18,10 +18,11 @@ whatever their seeds, so no eval prompt is ever trained on.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from typing import Callable
+
+from .split import check_split, is_held_out
 
 EVAL_BUCKETS = 10  # 10% of the item space is held out for evaluation
 
@@ -92,16 +93,14 @@ TRAIN_WEIGHTS = {"add": 3, "sort": 2, "reverse": 1, "rename": 1}  # share of eac
 
 
 def is_eval(item: Item) -> bool:
-    digest = hashlib.blake2b(f"{item.task}\x00{item.prompt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % EVAL_BUCKETS == 0
+    return is_held_out(f"{item.task}\x00{item.prompt}", EVAL_BUCKETS)
 
 
 def sample(task: str, rng: random.Random, split: str) -> Item:
     """One item of `task` from `split` ("train" or "eval"), drawn by rejection on the hash bucket."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    check_split(split)
     while True:
         item = TASKS[task](rng)
         if is_eval(item) == (split == "eval"):

@@ -14,11 +14,12 @@ Functions are split between train and eval by a stable hash of their text, like 
 from __future__ import annotations
 
 import ast
-import hashlib
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+from ..eval.split import is_held_out
 
 SKIP_PARTS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo",
               "lib2to3", "ensurepip", "pydoc_data", "__phello__"}
@@ -66,8 +67,7 @@ def functions_of(source: str, max_chars: int) -> Iterator[CodeExample]:
 
 
 def is_eval(example: CodeExample) -> bool:
-    digest = hashlib.blake2b(example.text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % EVAL_BUCKETS == 0
+    return is_held_out(example.text, EVAL_BUCKETS)
 
 
 def load_functions(split: str = "train", max_chars: int = 600, root: str | Path | None = None,

@@ -31,18 +31,22 @@ from pathlib import Path
 import torch
 
 from .bpe import build_tokenizer, load_fast, save_tokenizer
-from .checkpoint import load_model, save_model
-from .config import ModelConfig
+from ..checkpoint import load_model, save_model
+from ..config import ModelConfig
 from .corpus import load_functions
 from .data import CodeStream, TaskStream
-from .model import LLaDA2MoE, Router
+from ..model import LLaDA2MoE, Router
+from ..presets import write_presets
 from .objective import NoiseConfig, diffusion_loss
-from .tasks import TASKS, sample
+from ..eval.tasks import TASKS, TRAIN_WEIGHTS, sample
 
 PRESETS = {  # decoding modes tuned for the shipped model on training-split items (see its README)
-    "S": {"threshold": 0.05, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 32},
-    "Q": {"threshold": 0.9, "editing_threshold": 0.5, "max_post_steps": 4, "block_length": 16},
-    "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 4, "block_length": 16},
+    "S": {"threshold": 0.05, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 32,
+          "eos_early_stop": True},
+    "Q": {"threshold": 0.9, "editing_threshold": 0.5, "max_post_steps": 4, "block_length": 16,
+          "eos_early_stop": True},
+    "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 4, "block_length": 16,
+            "eos_early_stop": True},
 }
 
 
@@ -69,7 +73,7 @@ class TrainConfig:
     task_batch: int = 32
     code_batch: int = 8
     code_every: int = 5  # one code batch after every (code_every - 1) task batches
-    task_weights: str = "add=3,sort=2,reverse=1,rename=1"  # share of each task in task batches
+    task_weights: str = ",".join(f"{k}={v}" for k, v in TRAIN_WEIGHTS.items())  # share of each task
     code_functions: int | None = None  # limit the corpus (default: every train function)
     lr: float = 2e-3
     warmup: int = 100
@@ -89,19 +93,6 @@ def model_config(tc: TrainConfig, vocab: int) -> ModelConfig:
         moe_intermediate_size=tc.expert_width, num_experts=tc.experts, num_experts_per_tok=tc.top_k,
         n_group=tc.groups, topk_group=tc.topk_group, num_shared_experts=1, first_k_dense_replace=1,
         routed_scaling_factor=2.5, max_position_embeddings=1024)
-
-
-def init_weights(model: LLaDA2MoE, std: float = 0.02) -> None:
-    """Normal(0, std) everywhere, output projections scaled by depth, norms at 1, expert bias at 0."""
-    out_std = std / math.sqrt(2 * model.config.num_hidden_layers)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.fill_(1.0)
-            elif name.endswith(("dense.weight", "down_proj.weight", "w2")):
-                p.normal_(0.0, out_std)
-            else:
-                p.normal_(0.0, std)
 
 
 class ExpertBalancer:
@@ -157,8 +148,7 @@ def prepare(tc: TrainConfig):
         model = None
     hf = load_fast(out)
     if model is None:
-        model = LLaDA2MoE(model_config(tc, len(hf)))
-        init_weights(model)
+        model = LLaDA2MoE(model_config(tc, len(hf))).init_weights(seed=tc.seed)
     weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}
     tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed, weights)
     code = CodeStream(hf, hf.eos_token_id, tc.code_length, tc.code_batch, tc.seed, functions)
@@ -219,7 +209,7 @@ def finish(tc: TrainConfig, model: LLaDA2MoE, hf, code: CodeStream, log: list[di
     model.eval()
     save_model(model, out, extra_config={"mask_token_id": hf.mask_token_id, "eos_token_id": hf.eos_token_id,
                                          "pad_token_id": hf.eos_token_id, "name": "llada2-tiny-moe"})
-    (out / "presets.json").write_text(json.dumps(PRESETS, indent=2) + "\n")
+    write_presets(PRESETS, out)
     write_log(log, out)
     summary = {"config": asdict(tc), "steps": len(log), "seconds": round(seconds, 1),
                "parameters": sum(p.numel() for p in model.parameters()),
@@ -270,11 +260,10 @@ def _smooth(values: list[float], beta: float = 0.95) -> list[float]:
 
 def check_generation(out: str, prompt: str = "def fibonacci(n):\n") -> str:
     """Load the saved directory the way the playground does and generate once (S mode)."""
-    from .pipeline import Pipeline
+    from ..pipeline import Pipeline
 
     pipe = Pipeline.load(out)
-    result = pipe.generate(pipe.encode(prompt), pipe.config("S", gen_length=64))
-    return pipe.decode_text(result.output_ids)
+    return pipe.generate(pipe.encode(prompt), pipe.config("S", gen_length=64)).text
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:

@@ -168,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from .pipeline import Pipeline
+    from ..pipeline import Pipeline
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -18,7 +18,7 @@ import torch
 
 from .corpus import CodeExample
 from .objective import Batch
-from .tasks import TASKS, TRAIN_WEIGHTS, Item, sample
+from ..eval.tasks import TASKS, TRAIN_WEIGHTS, Item, sample
 
 
 @dataclass(frozen=True)

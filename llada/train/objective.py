@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .model import LLaDA2MoE
+from ..model import LLaDA2MoE
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""The decoding modes: one table of official LLaDA2.1 presets, overridden per model, and one rule.
+
+Official values (model card "Best Practices"):
+
+    mode  tau_mask  tau_edit  max_post_steps  block
+    S     0.5       0.0       16              32     drafts eagerly, edits repair it (Speedy)
+    Q     0.7       0.5       16              32     careful drafting, editing on (Quality)
+    M2T   0.95      off       16              32     drafting only, the LLaDA2.0-like baseline
+
+A model directory may ship `presets.json` ({"S": {"threshold": .., ...}, ...}): its modes replace the
+official ones key by key (a mode it does not name keeps the official values; it may add modes).
+
+The rule, the same for the command line, the API, the playground and the evaluation: a named mode
+sets every setting it names; a setting given explicitly overrides the mode's (`resolve`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import DecodeConfig
+
+PRESETS_FILE = "presets.json"
+OFFICIAL: dict[str, dict] = {
+    "S": {"threshold": 0.5, "editing_threshold": 0.0, "max_post_steps": 16, "block_length": 32},
+    "Q": {"threshold": 0.7, "editing_threshold": 0.5, "max_post_steps": 16, "block_length": 32},
+    "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 16, "block_length": 32},
+}
+
+
+class PresetError(ValueError):
+    """A presets.json that cannot be used; the message names the file, the mode and the setting."""
+
+
+def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> DecodeConfig:
+    """The DecodeConfig of `mode` in `table` (official when None), every `explicit` setting on top.
+
+    Pass only what the user set: `editing_threshold=None` means editing off, not "the mode's value"."""
+    table = OFFICIAL if table is None else table
+    key = mode.upper() if isinstance(mode, str) else mode
+    if key not in table:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(table)}")
+    try:
+        return DecodeConfig(**(table[key] | explicit))
+    except TypeError as err:
+        raise ValueError(f"unknown decode setting ({err})") from None
+
+
+def merged(own: dict[str, dict]) -> dict[str, dict]:
+    """The official table with a model's own modes laid over it, key by key."""
+    table = {name: dict(values) for name, values in OFFICIAL.items()}
+    for name, values in own.items():
+        table[name.upper()] = table.get(name.upper(), {}) | values
+    return table
+
+
+def load_presets(root: str | Path) -> dict[str, dict]:
+    """The presets of a model directory: its presets.json over the official table (PresetError if invalid)."""
+    path = Path(root) / PRESETS_FILE
+    if not path.exists():
+        return merged({})
+    try:
+        own = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PresetError(f"{path}: not valid JSON ({err})") from None
+    return check_presets(own, str(path))
+
+
+def check_presets(own, source: str) -> dict[str, dict]:
+    """Validate a presets table (every mode must build a DecodeConfig) and merge it over the official one."""
+    if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
+        raise PresetError(f'{source}: expected {{"MODE": {{"threshold": .., ...}}, ...}}')
+    table = merged(own)
+    for name in own:
+        try:
+            DecodeConfig(**table[name.upper()])
+        except TypeError as err:
+            raise PresetError(f"{source}: mode {name}: unknown setting ({err})") from None
+        except ValueError as err:
+            raise PresetError(f"{source}: mode {name}: {err}") from None
+    return table
+
+
+def write_presets(own: dict[str, dict], root: str | Path) -> Path:
+    """Write a model's own modes as presets.json (validated first)."""
+    check_presets(own, PRESETS_FILE)
+    path = Path(root) / PRESETS_FILE
+    path.write_text(json.dumps(own, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,308 @@
+"""One record of a decoding run: the engine's step records, and the Trace that replays them.
+
+The decoder yields a `StepRecord` per forward holding only what that forward changed (`Change`s) and
+what the model guessed over the window it scored; no record carries the sequence. A `Trace` is the
+prompt, the settings and those records, and it keeps the run's state up to date as records arrive:
+the current tokens, the counters (forwards, drafts, edits, MBE edits, seconds) and the output. Any
+earlier step is rebuilt incrementally from the nearest one (`tokens_at`), applying or undoing changes.
+
+One Trace serves everything: the CLI's JSON (`summary`), the playground's canvas, stats, charts and
+partial text, the exports and the Learn recordings (`to_dict`, schema `llada-trace/2`, described in
+docs/trace-schema.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple
+
+from .config import DecodeConfig, padded_length
+
+SCHEMA = "llada-trace/2"
+P_DIGITS = 4  # confidences are rounded in JSON: enough to read, keeps exports small
+KINDS = ("drafts", "edits", "mbe_edits")  # the three kinds of change, named alike everywhere
+
+
+class Change(NamedTuple):
+    pos: int  # absolute position (0-based, prompt included)
+    token: int  # the token written
+    old: int  # the token it replaced (the mask id for a draft)
+    p: float  # the confidence that passed the threshold
+
+
+@dataclass
+class StepRecord:
+    """What one forward did. A decode forward drafts and edits; a cache forward only fills the KV cache."""
+
+    kind: str  # "decode" or "cache"
+    phase: str  # decode: "draft" (the active block had masks) or "verify"; cache: "prefill" or "refresh"
+    step: int  # decode forwards so far, this one included (cache records: decode forwards before it)
+    block: int  # the active block
+    block_step: int  # decode forwards inside this block, this one included (0 for cache forwards)
+    window: tuple[int, int]  # [start, end) scored by this forward (MBE blocks + active block)
+    active: tuple[int, int]  # [start, end) of the active block
+    drafts: list[Change] = field(default_factory=list)  # masks filled (M2T)
+    edits: list[Change] = field(default_factory=list)  # tokens replaced in the active block (T2T)
+    mbe_edits: list[Change] = field(default_factory=list)  # tokens replaced in earlier blocks (MBE)
+    guesses: list[int] = field(default_factory=list)  # the model's token at every window position
+    confidence: list[float] = field(default_factory=list)  # its probability p, same order
+    seconds: float = 0.0  # engine time of this forward and its decision (the consumer's time excluded)
+
+    @property
+    def changes(self) -> list[Change]:
+        return self.drafts + self.edits + self.mbe_edits
+
+    def p_at(self, pos: int) -> float:
+        return self.confidence[pos - self.window[0]]
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind, "phase": self.phase, "step": self.step, "block": self.block,
+               "block_step": self.block_step, "window": list(self.window), "active": list(self.active),
+               "seconds": round(self.seconds, 6)}
+        if self.kind == "decode":
+            out |= {k: [[c.pos, c.token, c.old, round(c.p, P_DIGITS)] for c in getattr(self, k)] for k in KINDS}
+            out |= {"guesses": self.guesses, "confidence": [round(c, P_DIGITS) for c in self.confidence]}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepRecord":
+        changes = {k: [Change(*c) for c in d.get(k, [])] for k in KINDS}
+        return cls(kind=d["kind"], phase=d["phase"], step=d["step"], block=d["block"], block_step=d["block_step"],
+                   window=tuple(d["window"]), active=tuple(d["active"]), guesses=d.get("guesses", []),
+                   confidence=d.get("confidence", []), seconds=d["seconds"], **changes)
+
+
+def output_ids(tokens: list[int], prompt_length: int, gen_length: int, mask_id: int, eos_id: int) -> list[int]:
+    """The generated tokens, cut after the first EOS (inclusive) and before the first mask."""
+    gen = tokens[prompt_length:prompt_length + gen_length]
+    end = len(gen)
+    if mask_id in gen:
+        end = gen.index(mask_id)
+    if eos_id in gen[:end]:
+        end = gen.index(eos_id) + 1
+    return gen[:end]
+
+
+@dataclass
+class Trace:
+    """A run: prompt, settings and step records, with its current state kept up to date by `add`."""
+
+    prompt_ids: list[int]
+    settings: DecodeConfig
+    mask_id: int
+    eos_id: int
+    model: str = ""  # the model's name
+    prompt: str = ""  # the prompt's text, when it had one
+    mode: str = ""  # the mode that chose the settings (S, Q, M2T, Custom, ...)
+    texts: dict[int, str] = field(default_factory=dict)  # token id -> display text (see `name_tokens`)
+    records: list[StepRecord] = field(default_factory=list)
+    status: str = "running"  # "running", "done" or "stopped"
+    note: str = ""  # why a run stopped early, or what is worth knowing about it
+    text: str | None = None  # the output's text, set by `finish` when a tokenizer is at hand
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = list(self.prompt_ids)
+        self.length = padded_length(len(self.prompt_ids), self.settings.gen_length, self.settings.block_length)
+        self.tokens = self.prompt_ids + [self.mask_id] * (self.length - len(self.prompt_ids))  # current state
+        self.steps_index: list[int] = []  # records index of decode step k+1
+        self.elapsed: list[float] = []  # engine seconds after each record
+        self.output_lengths: list[int] = []  # output tokens after each record
+        self.counts = dict.fromkeys(("decode", "cache", *KINDS), 0)
+        self._writes: dict[int, list[tuple[int, str, float]]] = {}  # pos -> [(step, kind, p)] in order
+        self._view_step, self._view = 0, list(self.tokens)  # a cursor for tokens_at
+        self._named = 0  # records already seen by name_tokens
+        records, self.records = self.records, []
+        for record in records:
+            self.add(record)
+
+    # ---- growing ---------------------------------------------------------------------------------------
+
+    def add(self, record: StepRecord) -> None:
+        """Append a record and apply its changes (ValueError when a change does not fit the sequence)."""
+        for c in record.changes:
+            if not self.prompt_length <= c.pos < self.length or self.tokens[c.pos] != c.old:
+                raise ValueError(f"record of step {record.step} changes position {c.pos} from {c.old}, "
+                                 f"but the trace holds {self.tokens[c.pos] if c.pos < self.length else 'nothing'}")
+        for kind in KINDS:
+            for c in getattr(record, kind):
+                self.tokens[c.pos] = c.token
+                self._writes.setdefault(c.pos, []).append((record.step, kind, c.p))
+            self.counts[kind] += len(getattr(record, kind))
+        self.counts[record.kind] += 1
+        if record.kind == "decode":
+            self.steps_index.append(len(self.records))
+        self.records.append(record)
+        self.elapsed.append((self.elapsed[-1] if self.elapsed else 0.0) + record.seconds)
+        self.output_lengths.append(len(self.output_ids))
+
+    def follow(self, stream: Iterator[StepRecord]) -> Iterator[StepRecord]:
+        """Add every record of `stream` as it comes and pass it on; closing this closes the stream."""
+        try:
+            for record in stream:
+                self.add(record)
+                yield record
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    def finish(self, status: str = "done", note: str = "", text: str | None = None) -> "Trace":
+        if status not in ("done", "stopped"):
+            raise ValueError(f"status must be 'done' or 'stopped', got {status!r}")
+        self.status, self.note, self.text = status, note, text
+        return self
+
+    def name_tokens(self, token_texts) -> None:
+        """Give a display text to every token id the trace mentions that has none (`token_texts(ids)`)."""
+        ids = set(self.prompt_ids) | {self.mask_id, self.eos_id} if self._named == 0 else set()
+        for record in self.records[self._named:]:
+            ids.update(c.token for c in record.changes)
+            ids.update(record.guesses)
+        self._named = len(self.records)
+        new = sorted(t for t in ids if t not in self.texts)
+        if new:
+            self.texts.update(zip(new, token_texts(new)))
+
+    # ---- the run's numbers -----------------------------------------------------------------------------
+
+    @property
+    def prompt_length(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def block_length(self) -> int:
+        return self.settings.block_length
+
+    @property
+    def gen_length(self) -> int:
+        return self.settings.gen_length
+
+    @property
+    def steps(self) -> int:
+        """Decode steps so far (cache forwards are not steps)."""
+        return self.counts["decode"]
+
+    @property
+    def num_decode_forwards(self) -> int:
+        return self.counts["decode"]
+
+    @property
+    def num_cache_forwards(self) -> int:
+        return self.counts["cache"]
+
+    @property
+    def forwards(self) -> int:
+        return self.counts["decode"] + self.counts["cache"]
+
+    @property
+    def drafts(self) -> int:
+        return self.counts["drafts"]
+
+    @property
+    def edits(self) -> int:
+        return self.counts["edits"]
+
+    @property
+    def mbe_edits(self) -> int:
+        return self.counts["mbe_edits"]
+
+    @property
+    def seconds(self) -> float:
+        return self.elapsed[-1] if self.elapsed else 0.0
+
+    @property
+    def output_ids(self) -> list[int]:
+        return output_ids(self.tokens, self.prompt_length, self.gen_length, self.mask_id, self.eos_id)
+
+    @property
+    def tpf(self) -> float:
+        """Output tokens per forward, cache forwards included."""
+        return len(self.output_ids) / max(self.forwards, 1)
+
+    @property
+    def tps(self) -> float:
+        """Output tokens per second of engine time (prefill included, the consumer's time excluded)."""
+        return len(self.output_ids) / self.seconds if self.seconds > 0 else 0.0
+
+    def stats(self) -> dict:
+        return {"forwards": self.forwards, "decode_forwards": self.num_decode_forwards,
+                "cache_forwards": self.num_cache_forwards, "tokens": len(self.output_ids), "tpf": self.tpf,
+                "tps": self.tps, "seconds": self.seconds, "steps": self.steps, "drafts": self.drafts,
+                "edits": self.edits, "mbe_edits": self.mbe_edits}
+
+    def summary(self) -> dict:
+        """The command line's JSON (UI_CONTRACT): output, forwards, block states, TPF, TPS, changes."""
+        return {"output_ids": self.output_ids, "num_decode_forwards": self.num_decode_forwards,
+                "num_cache_forwards": self.num_cache_forwards,
+                "block_states_before_each_forward": self.block_states_before_each_forward(),
+                "tpf": self.tpf, "tps": self.tps, "drafts": self.drafts, "edits": self.edits,
+                "mbe_edits": self.mbe_edits}
+
+    # ---- replay ----------------------------------------------------------------------------------------
+
+    def step_record(self, step: int) -> StepRecord | None:
+        """The record of decode step `step` (1-based); None for step 0 (before any forward)."""
+        return self.records[self.steps_index[step - 1]] if step >= 1 else None
+
+    def tokens_at(self, step: int) -> list[int]:
+        """The whole sequence after decode step `step` (0 = prompt followed by masks); a fresh list."""
+        step = max(0, min(step, self.steps))
+        if step == self.steps:
+            return list(self.tokens)
+        while self._view_step < step:  # forward: apply the next step's changes
+            self._view_step += 1
+            for c in self.step_record(self._view_step).changes:
+                self._view[c.pos] = c.token
+        while self._view_step > step:  # backward: undo this step's changes, last first
+            for c in reversed(self.step_record(self._view_step).changes):
+                self._view[c.pos] = c.old
+            self._view_step -= 1
+        return list(self._view)
+
+    def last_write(self, pos: int, step: int) -> tuple[int, str, float] | None:
+        """(step, kind, p) of the last change at `pos` made at or before decode step `step`."""
+        writes = self._writes.get(pos, [])
+        i = bisect.bisect_right(writes, (step, "\uffff"))
+        return writes[i - 1] if i else None
+
+    def block_states_before_each_forward(self) -> list[list[int]]:
+        """The active block's tokens before every decode forward (the reference's trace of a run)."""
+        view = self.prompt_ids + [self.mask_id] * (self.length - self.prompt_length)
+        out = []
+        for index in self.steps_index:
+            record = self.records[index]
+            out.append(view[record.active[0]:record.active[1]])
+            for c in record.changes:
+                view[c.pos] = c.token
+        return out
+
+    def edit_events(self) -> list[tuple[int, str, Change]]:
+        """Every T2T and MBE edit of the run, in order: (step, kind, change)."""
+        out = []
+        for index in self.steps_index:
+            record = self.records[index]
+            out += [(record.step, kind, c) for kind in ("edits", "mbe_edits") for c in getattr(record, kind)]
+        return out
+
+    # ---- JSON ------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "model": self.model, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
+                "mode": self.mode, "settings": self.settings.to_dict(), "mask_id": self.mask_id,
+                "eos_id": self.eos_id, "length": self.length, "texts": {str(k): v for k, v in self.texts.items()},
+                "records": [r.to_dict() for r in self.records],
+                "result": {"status": self.status, "note": self.note, "output_ids": self.output_ids,
+                           "text": self.text, "stats": self.stats()}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trace":
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} trace (schema {data.get('schema')!r})")
+        result = data.get("result") or {}
+        return cls(prompt_ids=data["prompt_ids"], settings=DecodeConfig(**data["settings"]),
+                   mask_id=data["mask_id"], eos_id=data["eos_id"], model=data.get("model", ""),
+                   prompt=data.get("prompt", ""), mode=data.get("mode", ""),
+                   texts={int(k): v for k, v in data.get("texts", {}).items()},
+                   records=[StepRecord.from_dict(r) for r in data["records"]],
+                   status=result.get("status", "running"), note=result.get("note", ""), text=result.get("text"))

@@ -1,0 +1,80 @@
+"""One preset table, one rule: a named mode sets the settings, explicit ones override it, everywhere."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llada.checkpoint import CheckpointError
+from llada.pipeline import Pipeline
+from llada.presets import OFFICIAL, PresetError, check_presets, load_presets, resolve
+
+SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "model"
+
+
+def test_official_modes_are_the_model_card_values():
+    assert resolve("S").threshold == 0.5 and resolve("S").editing_threshold == 0.0
+    assert resolve("q").threshold == 0.7 and resolve("Q").editing_threshold == 0.5
+    assert resolve("M2T").threshold == 0.95 and resolve("M2T").editing_threshold is None
+    assert {resolve(m).block_length for m in OFFICIAL} == {32} and {resolve(m).max_post_steps for m in OFFICIAL} == {16}
+
+
+def test_explicit_settings_override_the_mode():
+    cfg = resolve("Q", threshold=0.6, block_length=8)
+    assert (cfg.threshold, cfg.editing_threshold, cfg.block_length) == (0.6, 0.5, 8)
+    assert resolve("S", editing_threshold=None).editing_threshold is None  # explicit None: editing off
+
+
+def test_unknown_mode_and_ui_labels_are_not_engine_modes():
+    with pytest.raises(ValueError, match="unknown mode 'M2T only'"):
+        resolve("M2T only")  # a UI label: the playground maps it, the engine does not
+    with pytest.raises(ValueError, match="unknown decode setting"):
+        resolve("S", tau=0.3)
+
+
+def test_a_models_presets_override_key_by_key(tmp_path):
+    (tmp_path / "presets.json").write_text(json.dumps({"S": {"threshold": 0.3, "block_length": 16},
+                                                       "fast": {"threshold": 0.1}}))
+    table = load_presets(tmp_path)
+    assert table["S"] == OFFICIAL["S"] | {"threshold": 0.3, "block_length": 16}
+    assert table["Q"] == OFFICIAL["Q"] and resolve("FAST", table).threshold == 0.1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON"), ('{"S": 3}', "expected"), ('{"S": {"threshold": 3}}', "mode S: threshold"),
+    ('{"Q": {"speed": 1}}', "mode Q: unknown setting")])
+def test_bad_presets_json_names_file_mode_and_setting(tmp_path, text, message):
+    (tmp_path / "presets.json").write_text(text)
+    with pytest.raises(PresetError, match=message):
+        load_presets(tmp_path)
+
+
+def test_a_broken_presets_json_is_a_checkpoint_error_of_that_model(tiny_model_dir, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, d)
+    (d / "presets.json").write_text('{"S": {"threshold": 3}}')
+    with pytest.raises(CheckpointError, match=r"presets.json: mode S: threshold must be a number in \[0.0, 1.0\]"):
+        Pipeline.load(d)
+
+
+def test_training_writes_exactly_what_the_shipped_model_has():
+    from llada.train.loop import PRESETS
+
+    shipped = json.loads((SHIPPED / "presets.json").read_text())
+    assert shipped == json.loads(json.dumps(PRESETS))  # same modes, same keys, same values
+    check_presets(shipped, "assets/model/presets.json")
+
+
+def test_pipeline_cli_and_api_follow_one_rule(tiny_model_dir):
+    from llada.__main__ import build_parser, decode_config
+    from ui.runs import check_request, decode_config as ui_config
+
+    pipe = Pipeline.load(tiny_model_dir)
+    args = build_parser().parse_args(["generate", "--model", "m", "--prompt", "x", "--mode", "Q", "--threshold",
+                                      "0.6"])
+    cli = decode_config(pipe, args)
+    api = ui_config(pipe, check_request("x", "Q", tau_mask=0.6, gen_length=128))
+    assert cli == api == pipe.config("Q", threshold=0.6, gen_length=128)
+    named = ui_config(pipe, check_request("x", "Q", gen_length=128))  # no explicit threshold: the mode's
+    assert named == pipe.config("Q", gen_length=128)
