@@ -1,16 +1,24 @@
-// Player of an exported replay: the step slider swaps in the pre-rendered canvas of that step.
+// Player of an exported replay: the canvas of step 0, then one patch per step (assets/canvas.js applies
+// them). Going back rebuilds from step 0, which costs the changes of the run, never a stored frame per step.
 (function () {
-  const frames = JSON.parse(document.getElementById("frames").textContent);
+  const data = JSON.parse(document.getElementById("frames").textContent);
   const slider = document.getElementById("step");
   const holder = document.getElementById("canvas-frame");
   const label = document.getElementById("step-label");
   const button = document.getElementById("play");
+  let shown = -1;
   let timer = null;
 
+  function root() { return holder.querySelector(".canvas"); }
+
   function show(k) {
+    if (k < shown || shown < 0) {
+      holder.innerHTML = data.first;
+      shown = 0;
+    }
+    for (; shown < k; shown++) window.lladaCanvas.apply(root(), data.patches[shown], false);
     slider.value = k;
-    holder.innerHTML = frames[k];
-    label.textContent = "step " + k + " / " + (frames.length - 1);
+    label.textContent = "step " + k + " / " + data.steps;
   }
 
   function stop() {
@@ -20,16 +28,16 @@
   }
 
   function play() {
-    if (Number(slider.value) >= frames.length - 1) show(0);
+    if (Number(slider.value) >= data.steps) show(0);
     button.textContent = "❚❚ pause";
     timer = setInterval(function () {
       const k = Number(slider.value) + 1;
-      if (k >= frames.length) return stop();
+      if (k > data.steps) return stop();
       show(k);
-    }, 150);
+    }, 300);
   }
 
   slider.addEventListener("input", function () { stop(); show(Number(slider.value)); });
   button.addEventListener("click", function () { timer ? stop() : play(); });
-  show(frames.length - 1);
+  show(data.steps);
 })();

@@ -82,6 +82,10 @@ class Pipeline:
             return [self._special(t) or str(t) for t in ids]
         return [self._special(t) or s for t, s in zip(ids, self.tokenizer.pieces(ids))]
 
+    def token_bytes(self, ids: list[int]) -> list[bytes | None]:
+        """Raw bytes of every token where the tokenizer knows them (for joining split characters)."""
+        return self.tokenizer.token_bytes(ids) if self.tokenizer is not None else [None] * len(ids)
+
     def _special(self, token: int) -> str | None:
         return MASK_TEXT if token == self.mask_id else EOS_TEXT if token == self.eos_id else None
 

@@ -42,6 +42,32 @@ class Tokenizer:
         """The text of every token on its own (byte-level pieces of a character may show as '�')."""
         return [self.hf.decode([t], skip_special_tokens=False) for t in ids]
 
+    def token_bytes(self, ids: list[int]) -> list[bytes | None]:
+        """The raw bytes of every token (byte-level BPE or <0xNN> byte tokens); None where unknown.
+
+        A character split across tokens decodes to '�' token by token; its bytes let a viewer join it."""
+        table = _byte_decoder() if _is_byte_level(self.hf) else None
+        out = []
+        for piece in self.hf.convert_ids_to_tokens(list(ids)):
+            if table is not None and piece is not None and all(ch in table for ch in piece):
+                out.append(bytes(table[ch] for ch in piece))
+            elif piece is not None and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                out.append(bytes([int(piece[3:5], 16)]))
+            else:
+                out.append(None)
+        return out
+
+
+def _is_byte_level(hf) -> bool:
+    backend = getattr(hf, "backend_tokenizer", None)
+    return backend is not None and type(backend.decoder).__name__ == "ByteLevel"
+
+
+def _byte_decoder() -> dict[str, int]:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {ch: b for b, ch in bytes_to_unicode().items()}
+
 
 def load_tokenizer(root: str | Path) -> Tokenizer | None:
     """The directory's tokenizer, or None when it ships none (such models take token ids)."""

@@ -96,6 +96,7 @@ class Trace:
     prompt: str = ""  # the prompt's text, when it had one
     mode: str = ""  # the mode that chose the settings (S, Q, M2T, Custom, ...)
     texts: dict[int, str] = field(default_factory=dict)  # token id -> display text (see `name_tokens`)
+    partial: dict[int, str] = field(default_factory=dict)  # token id -> its bytes (hex), for split characters
     records: list[StepRecord] = field(default_factory=list)
     status: str = "running"  # "running", "done" or "stopped"
     note: str = ""  # why a run stopped early, or what is worth knowing about it
@@ -153,16 +154,23 @@ class Trace:
         self.status, self.note, self.text = status, note, text
         return self
 
-    def name_tokens(self, token_texts) -> None:
-        """Give a display text to every token id the trace mentions that has none (`token_texts(ids)`)."""
+    def name_tokens(self, token_texts, token_bytes=None) -> None:
+        """Give a display text to every token id the trace mentions that has none (`token_texts(ids)`).
+
+        Tokens that hold part of a character ('\ufffd' alone) also keep their bytes (`token_bytes(ids)`),
+        so that a viewer can join the character across neighbouring tokens."""
         ids = set(self.prompt_ids) | {self.mask_id, self.eos_id} if self._named == 0 else set()
         for record in self.records[self._named:]:
             ids.update(c.token for c in record.changes)
             ids.update(record.guesses)
         self._named = len(self.records)
         new = sorted(t for t in ids if t not in self.texts)
-        if new:
-            self.texts.update(zip(new, token_texts(new)))
+        if not new:
+            return
+        self.texts.update(zip(new, token_texts(new)))
+        split = [t for t in new if "\ufffd" in self.texts[t]]
+        if split and token_bytes is not None:
+            self.partial.update((t, b.hex()) for t, b in zip(split, token_bytes(split)) if b is not None)
 
     # ---- the run's numbers -----------------------------------------------------------------------------
 
@@ -291,6 +299,7 @@ class Trace:
         return {"schema": SCHEMA, "model": self.model, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
                 "mode": self.mode, "settings": self.settings.to_dict(), "mask_id": self.mask_id,
                 "eos_id": self.eos_id, "length": self.length, "texts": {str(k): v for k, v in self.texts.items()},
+                "partial": {str(k): v for k, v in self.partial.items()},
                 "records": [r.to_dict() for r in self.records],
                 "result": {"status": self.status, "note": self.note, "output_ids": self.output_ids,
                            "text": self.text, "stats": self.stats()}}
@@ -304,5 +313,6 @@ class Trace:
                    mask_id=data["mask_id"], eos_id=data["eos_id"], model=data.get("model", ""),
                    prompt=data.get("prompt", ""), mode=data.get("mode", ""),
                    texts={int(k): v for k, v in data.get("texts", {}).items()},
+                   partial={int(k): v for k, v in data.get("partial", {}).items()},
                    records=[StepRecord.from_dict(r) for r in data["records"]],
                    status=result.get("status", "running"), note=result.get("note", ""), text=result.get("text"))

@@ -15,6 +15,19 @@ import torch
 
 if not torch.cuda.is_available():  # no GPU: Triton kernels run under the CPU interpreter (set before import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared cores only slow them down
+
+
+@pytest.fixture(autouse=True, scope="session")
+def generous_budget():
+    """A loaded test machine must not hit the playground's wall-clock budget by accident; the tests of the
+    budget set their own."""
+    from ui import runs
+
+    before = runs.BUDGET
+    runs.BUDGET = runs.Budget(forwards=before.forwards, seconds=600.0)
+    yield
+    runs.BUDGET = before
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "llada2_tiny_ref"
 

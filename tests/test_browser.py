@@ -100,7 +100,8 @@ def test_run_shows_every_position_in_a_state(page):
     positions = toks.evaluate_all("els => els.map(e => Number(e.dataset.pos))")
     assert set(states) <= STATES and positions == list(range(len(positions)))
     assert "prompt" in states and len(positions) % 8 == 0
-    assert XSS in page.inner_text("#canvas .seq") and page.locator("#canvas img").count() == 0
+    shown = page.inner_text("#canvas .seq").replace("·", " ")  # spaces are drawn as faint dots
+    assert XSS in shown and page.locator("#canvas img").count() == 0
     stats = page.inner_text("#stats")
     for word in ("forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"):
         assert word in stats
@@ -149,11 +150,33 @@ def test_compare_s_and_q_side_by_side(page):
     page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare.png"))
 
 
-def test_refused_input_is_explained(page):
+def test_refused_input_is_explained_and_clears_the_old_run(page):
+    run(page)
     page.fill("#prompt textarea", "   ")
     page.click("#generate")
     page.wait_for_selector("#error .error-box", timeout=10_000)
     assert "empty" in page.inner_text("#error")
+    page.wait_for_selector("#canvas.empty", timeout=10_000)  # the previous run is no longer on screen
+    assert page.inner_text("#stats").startswith("No run yet")
+
+
+def test_live_frames_patch_the_canvas_and_stop_shows_the_stopped_run(page):
+    page.fill("#prompt textarea", "def add(a, b):")
+    page.locator("#mode label", has_text=re.compile(r"^\s*Custom\s*$")).click()
+    set_number(page, "tau-mask", 1)  # one draft per forward: a long run
+    set_number(page, "block-length", 4)
+    set_number(page, "gen-length", 800)
+    page.click("#generate")
+    # between keyframes the canvas advances by patches: its step passes the keyframe it was drawn at
+    page.wait_for_function("(() => { const c = document.querySelector('#canvas');"
+                           " return c && c.dataset.base && Number(c.dataset.step) > Number(c.dataset.base); })()",
+                           timeout=60_000)
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#stats').innerText.startsWith('stopped at forward')",
+                           timeout=30_000)
+    forwards = int(re.search(r"stopped at forward (\d+)", page.inner_text("#stats")).group(1))
+    assert 0 < forwards < 1000 and canvas_attr(page, "data-steps") > 0
+    page.locator("#canvas").screenshot(path=str(ARTIFACTS / "stopped.png"))
 
 
 def test_learn_view_replays_a_recording(page):

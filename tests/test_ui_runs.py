@@ -10,6 +10,7 @@ from llada.trace import Trace
 from ui import canvas, learn, record
 from ui.handlers import generate_ui
 from ui.models import Models, model_dirs
+from ui import runs
 from ui.runs import InputError, check_request, decode_config, drain, interleave, start
 
 PROMPT = "def add(a, b):"
@@ -117,3 +118,57 @@ def test_model_dirs_from_cli_and_env(tmp_path):
     assert dirs == [str(a.resolve()), str(b.resolve())]
     with pytest.raises(ValueError, match="unknown model"):
         Models(dirs).get("/elsewhere")
+
+
+def test_a_failure_mid_run_reaches_the_user_as_a_message(models, monkeypatch):
+    pipe = models.get(None)
+    real = pipe.stream
+
+    def failing(*args):
+        stream = real(*args)
+        yield next(stream)
+        raise RuntimeError("the accelerator went away")
+
+    monkeypatch.setattr(pipe, "stream", failing)
+    frames = list(_ui(models))
+    last = frames[-1]
+    assert "Error:" in last.error and "RuntimeError: the accelerator went away" in last.error
+    assert last.trace.status == "stopped" and "could not finish" in last.trace.note
+    assert "stopped at forward" in last.stats
+
+
+def test_a_refused_input_clears_the_old_run(models):
+    frames = list(_ui(models, prompt="\u200b"))
+    assert len(frames) == 1 and "no visible characters" in frames[0].error
+    assert frames[0].trace is None and 'data-steps="0"' in frames[0].canvas and frames[0].text == ""
+
+
+def test_stop_shows_the_run_stopped_with_its_edit_log(models):
+    from ui.handlers import stopped_ui
+
+    run = _ui(models, mode="S", gen_length=64)
+    first = next(run)
+    next(run)
+    run.close()  # what the Stop button's cancel does
+    shown = stopped_ui(first.trace, False)
+    assert shown.stats.startswith(f"stopped at forward {first.trace.forwards}")
+    assert len(shown.edit_log) == first.trace.edits + first.trace.mbe_edits and shown.text == first.trace.text
+
+
+def test_a_run_stops_at_its_budget_and_keeps_what_it_wrote(models):
+    pipe = models.get(None)
+    req = check_request(PROMPT, "Custom", tau_mask=1.0, edit=False, block_length=4, gen_length=64)
+    trace = drain(start(pipe, req, runs.Budget(forwards=10, seconds=60)))
+    assert trace.status == "stopped" and trace.forwards == 10 and trace.note.startswith("budget reached: 10")
+    assert 0 < len(trace.output_ids) < 64 and trace.text == pipe.decode_text(trace.output_ids)
+
+
+def test_old_export_folders_are_swept(tmp_path):
+    import os
+
+    from ui.export import ExportDir
+
+    exports = ExportDir(tmp_path, keep_s=300)
+    old, fresh = exports.new(), exports.new()
+    os.utime(old, (0, 0))  # made long ago
+    assert exports.sweep() == 1 and not old.exists() and fresh.exists()

@@ -7,176 +7,288 @@ States (the `data-state` of each `.tok`, styled by assets/style.css):
   active block (T2T), drawn as old → new; `mbe` — replaced at the shown step in an earlier block;
 * `stable` — a generated token that did not change at the shown step.
 
-Shading: `--p` is the confidence that wrote the token (CSS maps it to opacity). Every token text and
-tooltip is HTML-escaped. The renderer is pure: a Trace and a step in, an HTML string out.
+What keeps a long run readable: masks of later blocks and the tail past the output are counted, not
+drawn; a run of EOS after the output collapses into its first EOS (`×N`); a long prompt is folded
+to its two ends; spaces and newlines show as faint glyphs; a character split across byte-level
+tokens is joined and shown on the token where it starts. The active block carries `act`.
+
+Two ways out, both pure (a Trace and steps in, strings out):
+
+* `render(trace, step)` — the whole canvas;
+* `patch(trace, since, step)` — only what differs between two steps: the cells whose drawing changed,
+  the header, the counts and the classes of the blocks involved. The live view and the exported replay
+  apply patches in the browser (assets/canvas.js), so a frame costs O(changes), not O(sequence).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
-from llada.trace import Trace
+from llada.trace import Change, StepRecord, Trace
 
-TAIL_SHOWN = 2  # positions drawn after the output's end (the rest, EOS padding or undecoded, is counted)
+TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
+PROMPT_ENDS = 24  # a prompt longer than 3x this shows its first and last PROMPT_ENDS tokens
 STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
+STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
+WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
           ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"))
-
-
-@dataclass
-class Cell:
-    pos: int
-    block: int
-    state: str
-    token: int
-    p: float | None = None  # confidence that wrote the token (this step, or when it was last written)
-    prev: int | None = None  # the token an edit replaced
-    tip: str = ""
-    ghost: int | None = None  # the model's guess for a mask at this step
-    hidden: bool = False  # a mask beyond the active block
-    cut: bool = False  # after the output's end (past gen_length or the first EOS)
-    tail: bool = False  # far enough past the end to be counted rather than drawn
-
-
-WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
-STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
+GLYPHS = {" ": "·", "\t": "⇥", "\n": "↵\n"}  # whitespace made visible; a newline still breaks the line
 
 
 def text(trace: Trace, token: int | None) -> str:
-    """The display text of a token id (its id when the trace has no name for it)."""
+    """The display text of a token id on its own (its id when the trace has no name for it)."""
     return trace.texts.get(token, str(token))
+
+
+@dataclass
+class View:
+    """Everything needed to draw any position of a trace after one step."""
+
+    trace: Trace
+    step: int
+    tokens: list[int]
+    record: StepRecord | None
+    active: int  # the active block
+    end: int  # first position after the output
+    ghost: bool
+    now: dict[int, tuple[str, Change]] = field(default_factory=dict)  # pos -> (state, change) at this step
+    joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
+
+    @property
+    def B(self) -> int:
+        return self.trace.block_length
+
+
+def view(trace: Trace, step: int, ghost: bool = False) -> View:
+    step = max(0, min(step, trace.steps))
+    tokens, record = trace.tokens_at(step), trace.step_record(step)
+    active = record.block if record else trace.prompt_length // trace.block_length
+    now = {c.pos: (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
+    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now)
+
+
+def output_end(trace: Trace, tokens: list[int]) -> int:
+    """First position after the output: past gen_length, or just after the first generated EOS."""
+    end = trace.prompt_length + trace.gen_length
+    try:
+        return tokens.index(trace.eos_id, trace.prompt_length, end) + 1
+    except ValueError:
+        return end
+
+
+# ---- one cell ---------------------------------------------------------------------------------------
+
+def _state(v: View, pos: int) -> str:
+    if pos < v.trace.prompt_length:
+        return "prompt"
+    if pos in v.now:
+        return v.now[pos][0]
+    return "mask" if v.tokens[pos] == v.trace.mask_id else "stable"
+
+
+def _folded(v: View, pos: int) -> bool:
+    P = v.trace.prompt_length
+    return P > 3 * PROMPT_ENDS and PROMPT_ENDS <= pos < P - PROMPT_ENDS
+
+
+def _in_eos_run(v: View, pos: int) -> bool:
+    """An EOS after the output's own EOS that follows another EOS: collapsed into the run's first."""
+    eos = v.trace.eos_id
+    return (pos >= v.end and pos not in v.now and v.tokens[pos] == eos and pos - 1 >= v.end - 1
+            and v.tokens[pos - 1] == eos)
+
+
+def _hidden(v: View, pos: int, state: str) -> str:
+    """Why a cell is not drawn ('' when it is): far, tail, run or fold."""
+    block = pos // v.B
+    if state == "mask" and block > v.active:
+        return "far"
+    if pos >= v.end + TAIL_SHOWN and block != v.active:
+        return "tail"
+    if _folded(v, pos):
+        return "fold"
+    return "run" if _in_eos_run(v, pos) else ""
+
+
+def _run_length(v: View, pos: int) -> int:
+    """For the first EOS of a collapsed run: how many drawn EOS it stands for (1 when it is no run head)."""
+    n = 1
+    while pos + n < len(v.tokens) and _hidden(v, pos + n, "stable") == "run":
+        n += 1
+    return n
+
+
+def _joined_text(v: View, pos: int) -> str | None:
+    """The text of a position inside a run of split-character tokens: characters that start in its bytes."""
+    partial = v.trace.partial
+    if v.tokens[pos] not in partial:
+        return None
+    if pos not in v.joined:
+        lo, hi = pos, pos + 1
+        while lo > 0 and v.tokens[lo - 1] in partial:
+            lo -= 1
+        while hi < len(v.tokens) and v.tokens[hi] in partial:
+            hi += 1
+        v.joined.update(_split_characters([bytes.fromhex(partial[t]) for t in v.tokens[lo:hi]], lo))
+    return v.joined[pos]
+
+
+def _split_characters(chunks: list[bytes], first: int) -> dict[int, str]:
+    """Decode the chunks' bytes together; each character goes to the chunk holding its first byte."""
+    owner = [i for i, chunk in enumerate(chunks) for _ in chunk]  # byte -> chunk
+    data = b"".join(chunks)
+    out, i = {first + k: "" for k in range(len(chunks))}, 0
+    while i < len(data):
+        size = next((n for n in (1, 2, 3, 4) if _decodes(data[i:i + n])), 1)
+        out[first + owner[i]] += data[i:i + size].decode("utf-8", errors="replace")
+        i += size
+    return out
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _visible(s: str) -> str:
+    """Escaped text with whitespace drawn as faint glyphs."""
+    return "".join(f'<span class="ws">{GLYPHS[ch]}</span>' if ch in GLYPHS else escape(ch) for ch in s)
+
+
+def _token_html(v: View, token: int, cls: str, pos: int | None = None) -> str:
+    trace = v.trace
+    special = token in (trace.mask_id, trace.eos_id)
+    shown = _joined_text(v, pos) if pos is not None else None
+    body = escape(text(trace, token)) if special else _visible(text(trace, token) if shown is None else shown)
+    return f'<span class="{cls}{" sp" if special else ""}">{body}</span>'
+
+
+def _p_of(v: View, pos: int, state: str) -> float | None:
+    if state in ("draft", "edit", "mbe"):
+        return v.now[pos][1].p
+    if state == "stable":
+        write = v.trace.last_write(pos, v.step)
+        return write[2] if write else None
+    return None
+
+
+def cell_html(v: View, pos: int) -> str:
+    """The `.tok` element of one position."""
+    trace, token = v.trace, v.tokens[pos]
+    state = _state(v, pos)
+    hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
+    classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
+    attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
+             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p))}"']
+    if p is not None:
+        attrs.append(f'style="--p:{p:.3f}"')
+        if state in ("draft", "edit", "mbe"):
+            attrs.append(f'data-p="{p:.4f}"')
+    change = v.now.get(pos, (None, None))[1]
+    if state in ("edit", "mbe"):
+        attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
+        inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
+                 + _token_html(v, token, "new", pos))
+    elif state == "mask":
+        guess = v.record.guesses[pos - v.record.window[0]] if v.ghost and v.record and pos // v.B == v.active else None
+        inner = _token_html(v, guess, "ghost") if guess is not None else ""
+    else:
+        inner = _token_html(v, token, "txt", pos)
+    if token == trace.eos_id and not hidden and (run := _run_length(v, pos)) > 1:
+        attrs.append(f'data-run="{run}"')
+    return f"<span {' '.join(attrs)}>{inner}</span>"
 
 
 def _fmt_tau(value) -> str:
     return "off" if value is None else f"{value:.2f}"
 
 
-def _tip(trace: Trace, cell: Cell, record, step: int) -> str:
-    q = f'#{cell.pos} "{text(trace, cell.token)}"'
-    if cell.state == "prompt":
+def _tip(v: View, pos: int, state: str, p: float | None) -> str:
+    trace, token = v.trace, v.tokens[pos]
+    q = f'#{pos} "{text(trace, token)}"'
+    if state == "prompt":
         return f"{q} · prompt"
-    if cell.state == "mask":
-        if cell.ghost is None:
-            return f"#{cell.pos} mask"
-        return f'#{cell.pos} mask · model\'s guess "{text(trace, cell.ghost)}" p={record.p_at(cell.pos):.2f}'
-    if cell.state == "draft":
+    if state == "mask":
+        if not (v.ghost and v.record and pos // v.B == v.active):
+            return f"#{pos} mask"
+        guess = v.record.guesses[pos - v.record.window[0]]
+        return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={v.record.p_at(pos):.2f}'
+    if state == "draft":
         tau = trace.settings.threshold
-        rule = f"> τ_mask {tau:.2f}" if cell.p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
-        return f"{q} · drafted at step {record.step} · p={cell.p:.2f} {rule}"
-    if cell.state in ("edit", "mbe"):
-        how = "T2T edit" if cell.state == "edit" else f"MBE edit of block {cell.block}"
-        return (f'{q} replaced "{text(trace, cell.prev)}" at step {record.step} · {how} · '
-                f"p={cell.p:.2f} > τ_edit {_fmt_tau(trace.settings.editing_threshold)}")
-    k, kind, p = trace.last_write(cell.pos, step)
-    return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={p:.2f})"
+        rule = f"> τ_mask {tau:.2f}" if p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
+        return f"{q} · drafted at step {v.step} · p={p:.2f} {rule}"
+    if state in ("edit", "mbe"):
+        how = "T2T edit" if state == "edit" else f"MBE edit of block {pos // v.B}"
+        return (f'{q} replaced "{text(trace, v.now[pos][1].old)}" at step {v.step} · {how} · '
+                f"p={p:.2f} > τ_edit {_fmt_tau(trace.settings.editing_threshold)}")
+    k, kind, wp = trace.last_write(pos, v.step)
+    return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
 
 
-def cells(trace: Trace, step: int, ghost: bool = False) -> list[Cell]:
-    """Every position of the sequence after decode step `step` (0 = before the first forward)."""
-    step = max(0, min(step, trace.steps))
-    tokens = trace.tokens_at(step)
-    record = trace.step_record(step)
-    B = trace.block_length
-    first = trace.prompt_length // B
-    active = range(*record.active) if record else range(first * B, (first + 1) * B)
-    now = {c.pos: (STATE_OF[kind], c) for kind in STATE_OF for c in (getattr(record, kind) if record else [])}
-    end = _output_end(trace, tokens)
-    out = []
-    for pos, token in enumerate(tokens):
-        cell = Cell(pos=pos, block=pos // B, state="stable", token=token, cut=pos >= end,
-                    tail=pos >= end + TAIL_SHOWN and pos not in active)  # the active block is always drawn
-        if pos < trace.prompt_length:
-            cell.state = "prompt"
-        elif pos in now:
-            cell.state, change = now[pos]
-            cell.p, cell.prev = change.p, None if cell.state == "draft" else change.old
-        elif token == trace.mask_id:
-            cell.state, cell.hidden = "mask", pos not in active
-            if ghost and record and not cell.hidden:
-                cell.ghost = record.guesses[pos - record.window[0]]
-        else:
-            cell.p = trace.last_write(pos, step)[2]
-        cell.tip = _tip(trace, cell, record, step)
-        out.append(cell)
-    return out
+# ---- the parts around the cells ---------------------------------------------------------------------
+
+def block_class(v: View, b: int) -> str:
+    B, mask = v.B, v.trace.mask_id
+    cells = v.tokens[b * B:(b + 1) * B]
+    unseen = b > v.active and (cells.count(mask) == len(cells) or b * B >= v.end + TAIL_SHOWN)
+    return "blk act" if b == v.active else "blk far" if unseen else "blk"
 
 
-def _output_end(trace: Trace, tokens: list[int]) -> int:
-    """First position after the output: past gen_length, or just after the first generated EOS."""
-    end = trace.prompt_length + trace.gen_length
-    for pos in range(trace.prompt_length, end):
-        if tokens[pos] == trace.eos_id:
-            return pos + 1
-    return end
+def step_label(v: View) -> str:
+    """What the shown step did, in words."""
+    r = v.record
+    if r is None:
+        return f"step 0/{v.trace.steps} · the prompt and its masks, before the first forward"
+    did = [f"{n} {word}" for n, word in ((len(r.drafts), "drafted"), (len(r.edits), "edited (T2T)"),
+                                          (len(r.mbe_edits), "edited in earlier blocks (MBE)")) if n]
+    what = ", ".join(did) if did else "checked the block: no change, the block is done"
+    return f"step {v.step}/{v.trace.steps} · block {r.block} · {what}"
 
 
-def _token_html(trace: Trace, token: int, cls: str) -> str:
-    special = token in (trace.mask_id, trace.eos_id)
-    return f'<span class="{cls}{" sp" if special else ""}">{escape(text(trace, token))}</span>'
+def header_html(v: View) -> str:
+    s = v.trace.settings
+    mbe = f"on (window {s.mbe_window})" if s.mbe else "off"
+    taus = (f"mode {escape(v.trace.mode)} · τ_mask {s.threshold:.2f} · τ_edit {_fmt_tau(s.editing_threshold)}"
+            f" · MBE {mbe} · block {s.block_length}")
+    return f'<span class="where">{escape(step_label(v))}</span><span class="taus">{taus}</span>'
 
 
-def cell_html(trace: Trace, cell: Cell) -> str:
-    classes = "tok" + " far" * cell.hidden + " cut" * cell.cut + " tail" * cell.tail
-    attrs = [f'class="{classes}"', f'data-pos="{cell.pos}"',
-             f'data-block="{cell.block}"', f'data-state="{cell.state}"', f'title="{escape(cell.tip)}"']
-    if cell.p is not None:
-        attrs.append(f'style="--p:{cell.p:.3f}"')
-        if cell.state in ("draft", "edit", "mbe"):
-            attrs.append(f'data-p="{cell.p:.4f}"')
-    if cell.prev is not None:
-        attrs.append(f'data-prev="{escape(text(trace, cell.prev))}"')
-    if cell.state == "mask":
-        inner = _token_html(trace, cell.ghost, "ghost") if cell.ghost is not None else ""
-    elif cell.prev is not None:
-        arrow = '<span class="arrow">→</span>'
-        inner = _token_html(trace, cell.prev, "old") + arrow + _token_html(trace, cell.token, "new")
-    else:
-        inner = _token_html(trace, cell.token, "txt")
-    return f"<span {' '.join(attrs)}>{inner}</span>"
-
-
-def _blocks_html(trace: Trace, all_cells: list[Cell], active_block: int) -> str:
-    parts, B = [], trace.block_length
-    for b in range(0, trace.length // B):
-        group = all_cells[b * B:(b + 1) * B]
-        unseen = all(c.hidden or c.tail for c in group)
-        cls = "blk active" if b == active_block else "blk far" if unseen else "blk"
-        body = "".join(cell_html(trace, c) for c in group)
-        parts.append(f'<span class="{cls}" data-block="{b}"><span class="bnd" data-b="{b}" title="block {b} starts '
-                     f'at position {b * B}"></span>{body}</span>')
-    return "".join(parts) + _counts_html(all_cells)
-
-
-def _counts_html(all_cells: list[Cell]) -> str:
+def counts_html(v: View) -> str:
     """What is counted instead of drawn: masks of later blocks, and the positions past the output."""
-    hidden = [c for c in all_cells if c.hidden and not c.tail]
-    tail = [c for c in all_cells if c.tail]
+    B, tokens, mask = v.B, v.tokens, v.trace.mask_id
+    later = (v.active + 1) * B
+    hidden = tokens[later:].count(mask)
     notes = []
     if hidden:
-        n_blocks = len({c.block for c in hidden})
-        notes.append(f'+ {len(hidden)} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}')
-    if tail:
-        notes.append(f"+ {len(tail)} positions past the end of the output (EOS padding or never decoded)")
+        n_blocks = sum(1 for b in range(v.active + 1, len(tokens) // B) if mask in tokens[b * B:(b + 1) * B])
+        notes.append(f'+ {hidden} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}')
+    start = v.end + TAIL_SHOWN  # tail: from here on, outside the active block, masks of later blocks aside
+    tail = max(0, len(tokens) - start) - max(0, min(later, len(tokens)) - max(start, v.active * B))
+    tail -= tokens[max(start, later):].count(mask)
+    if tail > 0:
+        notes.append(f"+ {tail} positions past the end of the output (EOS padding or never decoded)")
     return "".join(f'<span class="more">{n}</span>' for n in notes)
-
-
-def header_html(trace: Trace, step: int) -> str:
-    record = trace.step_record(step)
-    s = trace.settings
-    where = (f"step {step}/{trace.steps} · block {record.block} · {record.phase}" if record
-             else f"step 0/{trace.steps} · prompt and masks")
-    mbe = f"on (window {s.mbe_window})" if s.mbe else "off"
-    taus = (f"mode {escape(trace.mode)} · τ_mask {s.threshold:.2f} · "
-            f"τ_edit {_fmt_tau(s.editing_threshold)} · MBE {mbe} · block {s.block_length}")
-    return f'<div class="canvas-head"><span class="where">{where}</span><span class="taus">{taus}</span></div>'
 
 
 def legend_html() -> str:
     items = "".join(f'<span class="key" data-state="{state}"><span class="txt">{label}</span></span>'
                     for state, label in LEGEND)
-    return (f'<div class="legend">{items}<span class="hint">shade = confidence p · hover a token for '
-            f"details · | n = block n starts</span></div>")
+    return (f'<div class="legend">{items}<span class="key act-key">active block</span><span class="hint">'
+            f"shade = confidence p · hover a token for details · | n = block n starts</span></div>")
+
+
+def _fold_html(trace: Trace, elem_id: str) -> str:
+    P = trace.prompt_length
+    if P <= 3 * PROMPT_ENDS:
+        return ""
+    box = f"{elem_id}-fold"
+    return (f'<input type="checkbox" class="fold-toggle" id="{box}"><label class="fold-label" for="{box}">'
+            f"{P - 2 * PROMPT_ENDS} prompt tokens folded: show them</label>")
 
 
 def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "canvas",
@@ -186,10 +298,54 @@ def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "
         return (f'<div id="{elem_id}" class="canvas empty" data-step="0" data-steps="0">'
                 f'<p class="hint">Type a prompt and press Generate: the canvas shows every position as the '
                 f"model drafts and edits it.</p></div>")
-    step = max(0, min(step, trace.steps))
-    all_cells = cells(trace, step, ghost)
-    record = trace.step_record(step)
-    active = record.block if record else trace.prompt_length // trace.block_length
-    body = _blocks_html(trace, all_cells, active)
-    return (f'<div id="{elem_id}" class="canvas" data-step="{step}" data-steps="{trace.steps}">'
-            f'{header_html(trace, step)}{legend_html() if legend else ""}<div class="seq">{body}</div></div>')
+    v = view(trace, step, ghost)
+    blocks = []
+    for b in range(trace.length // v.B):
+        cells = "".join(cell_html(v, pos) for pos in range(b * v.B, (b + 1) * v.B))
+        blocks.append(f'<span class="{block_class(v, b)}" data-block="{b}"><span class="bnd" data-b="{b}" '
+                      f'title="block {b} starts at position {b * v.B}"></span>{cells}</span>')
+    return (f'<div id="{elem_id}" class="canvas" data-step="{v.step}" data-steps="{trace.steps}" '
+            f'data-base="{v.step}" data-block-length="{v.B}"><div class="canvas-head">{header_html(v)}</div>'
+            f'{legend_html() if legend else ""}{_fold_html(trace, elem_id)}<div class="seq">{"".join(blocks)}'
+            f'</div><div class="counts">{counts_html(v)}</div></div>')
+
+
+# ---- patches ----------------------------------------------------------------------------------------
+
+def changed_positions(trace: Trace, a: View, b: View) -> set[int]:
+    """Positions whose cell may be drawn differently after step b.step than after step a.step (a < b)."""
+    B, L = a.B, trace.length
+    out, blocks = set(), {a.active, b.active}
+    for k in range(max(a.step, 1), b.step + 1):
+        record = trace.step_record(k)
+        out.update(c.pos for c in record.changes)
+        blocks.add(record.block)
+    for blk in blocks:
+        out.update(range(blk * B, min((blk + 1) * B, L)))
+    lo, hi = min(a.end, b.end) - 1, max(a.end, b.end) + TAIL_SHOWN + 1
+    out.update(range(max(lo, 0), min(hi, L)))
+    for pos in list(out):
+        out.update(_neighbours(b, pos))
+    return out
+
+
+def _neighbours(v: View, pos: int) -> range:
+    """The EOS run or split-character run around `pos`: their cells depend on each other."""
+    special = {v.trace.eos_id} | set(v.trace.partial)
+    lo, hi = pos, pos + 1
+    while lo > 0 and v.tokens[lo - 1] in special:
+        lo -= 1
+    while hi < len(v.tokens) and v.tokens[hi] in special:
+        hi += 1
+    return range(lo, hi)
+
+
+def patch(trace: Trace, since: int, step: int, ghost: bool = False) -> dict:
+    """The difference between the canvas after `since` and after `step` (since <= step), as JSON-ready data:
+    {"base", "step", "steps", "head", "counts", "blocks": [[b, class]], "cells": [[pos, html]]}."""
+    a, b = view(trace, since, ghost), view(trace, step, ghost)
+    positions = sorted(changed_positions(trace, a, b))
+    touched = sorted({pos // b.B for pos in positions} | {a.active, b.active})
+    return {"base": since, "step": b.step, "steps": trace.steps, "head": header_html(b), "counts": counts_html(b),
+            "blocks": [[blk, block_class(b, blk)] for blk in touched],
+            "cells": [[pos, cell_html(b, pos)] for pos in positions]}

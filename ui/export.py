@@ -1,34 +1,52 @@
 """Exports of a run: the trace as JSON, and a self-contained HTML replay (one file, no network).
 
-The replay embeds the canvas of every step, rendered by `ui.canvas` (the same renderer as the app),
-with the stylesheet and a small player script (assets/replay.js) inlined.
+The replay holds the canvas before the first forward (rendered by `ui.canvas`, the app's own renderer)
+and one patch per step (`ui.canvas.patch`: the cells that step changed), with the stylesheet and the
+players (assets/canvas.js, assets/replay.js) inlined. Its size grows with the changes of the run, not
+with steps x positions: a 1,000-forward run stays a few megabytes.
+
+Exports are written into a folder of their own under the system's temporary directory; `ExportDir`
+deletes the folders of earlier exports once they are older than a few minutes (the app serves them from
+its own cache by then), so clicking Export never piles files up.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+import threading
+import time
 from html import escape
 from pathlib import Path
 
-from . import canvas
-from .tables import stats_line
 from llada.trace import Trace
 
+from . import canvas
+from .tables import stats_line
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
+PREFIX = "llada-export-"
 
 
 def _script_json(value) -> str:
     """JSON safe to place inside a <script> element."""
-    return json.dumps(value, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/").replace(
+        "<!--", "<\\!--")
+
+
+def replay_data(trace: Trace) -> dict:
+    """The replay's frames: the canvas at step 0 and the patch of every later step."""
+    first = canvas.render(trace, 0, legend=False)
+    patches = [canvas.patch(trace, k - 1, k) for k in range(1, trace.steps + 1)]
+    return {"first": first, "patches": patches, "steps": trace.steps}
 
 
 def replay_html(trace: Trace, title: str | None = None) -> str:
     """One HTML file that replays `trace` step by step in any browser, offline."""
-    frames = [canvas.render(trace, k, legend=False) for k in range(trace.steps + 1)]  # one legend, above
-    css = (ASSETS / "style.css").read_text()
-    js = (ASSETS / "replay.js").read_text()
+    css = (ASSETS / "style.css").read_text(encoding="utf-8")
+    js = (ASSETS / "canvas.js").read_text(encoding="utf-8") + (ASSETS / "replay.js").read_text(encoding="utf-8")
     title = title or f"{trace.model} · {trace.mode} · LLaDA2.1 decoding replay"
-    text = trace.text or ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -43,9 +61,9 @@ def replay_html(trace: Trace, title: str | None = None) -> str:
   <span id="step-label"></span>
 </div>
 {canvas.legend_html()}
-<div id="canvas-frame">{frames[-1]}</div>
-<h2>Output</h2><pre class="output">{escape(text)}</pre>
-<script type="application/json" id="frames">{_script_json(frames)}</script>
+<div id="canvas-frame"></div>
+<h2>Output</h2><pre class="output">{escape(trace.text or "")}</pre>
+<script type="application/json" id="frames">{_script_json(replay_data(trace))}</script>
 <script>{js}</script>
 </body></html>
 """
@@ -59,3 +77,27 @@ def write_exports(trace: Trace, folder: Path) -> list[Path]:
     json_path.write_text(json.dumps(trace.to_dict(), ensure_ascii=False), encoding="utf-8")
     html_path.write_text(replay_html(trace), encoding="utf-8")
     return [json_path, html_path]
+
+
+class ExportDir:
+    """Fresh folders for exports; folders older than `keep_s` are deleted whenever a new one is made."""
+
+    def __init__(self, root: Path | None = None, keep_s: float = 300.0):
+        self.root = Path(root or tempfile.gettempdir())
+        self.keep_s = keep_s
+        self._lock = threading.Lock()
+
+    def new(self) -> Path:
+        with self._lock:
+            self.sweep()
+            return Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.root))
+
+    def sweep(self, now: float | None = None) -> int:
+        """Delete old export folders; returns how many went."""
+        now = time.time() if now is None else now
+        gone = 0
+        for folder in self.root.glob(PREFIX + "*"):
+            if folder.is_dir() and now - folder.stat().st_mtime > self.keep_s:
+                shutil.rmtree(folder, ignore_errors=True)
+                gone += 1
+        return gone

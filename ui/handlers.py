@@ -2,16 +2,18 @@
 
 Handlers take plain values and return named frames (`RunFrame`, `CompareFrame`: one field per output
 component; ui/layout.py wires the components by these names), with `gr.skip()` for what a frame leaves
-unchanged. Live runs stream at most `CANVAS_FPS` canvas frames and `CHART_FPS` chart updates per second
-(the last frame always goes out); replays re-render a stored Trace and never touch the model. Bad input
-is shown in `#error` (`*_ui`) or raised as `gr.Error` (`*_api`).
+unchanged. Live runs stream at most `CANVAS_FPS` canvas frames per second, each a patch of what changed
+(a whole canvas and the charts once per `1 / CHART_FPS` seconds, and at the end); replays re-render a
+stored Trace and never touch the model. Bad input is shown in `#error` and clears the old run (`*_ui`),
+or is raised as `gr.Error` (`*_api`); an unexpected failure is reported the same way, never as a bare
+error badge, and the server log keeps its traceback.
 """
 
 from __future__ import annotations
 
-import tempfile
+import logging
+import time
 from html import escape
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import gradio as gr
@@ -20,11 +22,14 @@ from llada.checkpoint import CheckpointError
 from llada.trace import Trace
 
 from . import canvas, charts, export, tables
-from .runs import LiveRun, Throttle, check_request, interleave, start
+from .live import LiveCanvas, patch_value
+from .runs import LiveRun, Throttle, check_request, start
 
 CANVAS_FPS, CHART_FPS = 15.0, 1.0
+STOP_WAIT_S = 3.0  # how long Stop waits for the cancelled run to close its engine
 # InputError is a ValueError; engine checks raise ValueError; NonFiniteLogits is a FloatingPointError
 REFUSED = (ValueError, CheckpointError, FloatingPointError)
+log = logging.getLogger("ui.handlers")
 
 
 class RunFrame(NamedTuple):
@@ -39,22 +44,8 @@ class RunFrame(NamedTuple):
     chart_steps: Any
     edit_log: Any
     text: Any
+    patch: Any
     trace: Any
-
-
-class CompareFrame(NamedTuple):
-    """One update of the S vs Q comparison."""
-
-    error: Any
-    canvas_s: Any
-    canvas_q: Any
-    step: Any
-    table: Any
-    diff: Any
-    chart_tps: Any
-    chart_tpf: Any
-    chart_steps: Any
-    pair: Any
 
 
 def frame(kind, **values):
@@ -68,26 +59,51 @@ def error_html(err: Exception | str | None) -> str:
     return f'<div class="error-box" role="alert"><b>Refused:</b> {escape(str(err))}</div>'
 
 
-def _charts(runs: list[tuple[str, Trace]]) -> dict:
+def failure_text(err: BaseException) -> str:
+    """What a user reads when the server failed: the error in one line, the traceback stays in the log."""
+    log.error("run failed", exc_info=err)
+    return (f"the server could not finish this run ({type(err).__name__}: {err}). The run was stopped and the "
+            "error logged; try again, or with other settings.")
+
+
+def failure_html(err: BaseException) -> str:
+    return f'<div class="error-box" role="alert"><b>Error:</b> {escape(failure_text(err))}</div>'
+
+
+def cleared(error: str) -> RunFrame:
+    """A refused or failed request: the message, and the old run cleared from view (and from the session)."""
+    return frame(RunFrame, error=error, canvas=canvas.render(None, 0), step=gr.update(maximum=1, value=0),
+                 stats=tables.stats_line(None), chart_tps=None, chart_tpf=None, chart_steps=None,
+                 edit_log=tables.edit_log(None), text="", trace=None)
+
+
+def charts_of(runs: list[tuple[str, Trace]]) -> dict:
     tps, tpf, steps = charts.all_figures(runs)
     return {"chart_tps": tps, "chart_tpf": tpf, "chart_steps": steps}
 
 
 # ---- the playground run -------------------------------------------------------------------------------
 
-def _run_frame(run: LiveRun, ghost: bool, live: bool, figures: bool, text: str | None = None) -> RunFrame:
+def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
+    """A frame while the run goes on: a canvas patch (or keyframe with the charts), the stats line."""
     trace = run.trace
-    trace.name_tokens(run.pipe.token_texts)
-    values = {"error": "", "canvas": canvas.render(trace, trace.steps, ghost),
-              "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps),
-              "stats": tables.stats_line(trace, live), "trace": trace}
+    trace.name_tokens(run.pipe.token_texts, run.pipe.token_bytes)
+    update = live.update(trace, keyframe=figures)
+    values = {"error": "", "stats": tables.stats_line(trace, live=True), "trace": trace,
+              "patch": patch_value(update.patch) if update.patch else gr.skip()}
+    if update.html is not None:
+        values |= {"canvas": update.html, "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps)}
     if figures:
-        values |= _charts([(trace.mode, trace)])
-    if text is not None:
-        values["text"] = text
-    if not live:
-        values["edit_log"] = tables.edit_log(trace)
+        values |= charts_of([(trace.mode, trace)]) | {"text": partial_text(run)}
     return frame(RunFrame, **values)
+
+
+def final_frame(trace: Trace, ghost: bool, error: str = "") -> RunFrame:
+    """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
+    return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
+                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps), stats=tables.stats_line(trace),
+                 edit_log=tables.edit_log(trace), text=trace.text or "", trace=trace,
+                 **charts_of([(trace.mode, trace)]))
 
 
 def generate_ui(models, model_path, prompt, mode, tau_mask, edit_on, tau_edit, mbe, mbe_window, block_length,
@@ -96,30 +112,52 @@ def generate_ui(models, model_path, prompt, mode, tau_mask, edit_on, tau_edit, m
     custom = mode == "Custom"  # a named mode sets the thresholds; the sliders only show them
     try:
         req = check_request(prompt, mode, tau_mask if custom else None, tau_edit if custom else None,
-                            edit_on or not custom, mbe, mbe_window, block_length, gen_length, max_post_steps,
-                            temperature, seed)
+                            bool(edit_on) or not custom, mbe, mbe_window, block_length, gen_length,
+                            max_post_steps, temperature, seed)
         run = start(models.get(model_path), req)
     except REFUSED as err:
-        yield frame(RunFrame, error=error_html(err))
+        yield cleared(error_html(err))
         return
-    # charts of one point say nothing: the first comes after a chart interval (a short run draws them once)
-    frames, chart_due = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS, wait_first=True)
+    except Exception as err:  # noqa: BLE001 - reported to the user, traceback logged
+        yield cleared(failure_html(err))
+        return
+    yield from _stream(run, bool(ghost))
+
+
+def _stream(run: LiveRun, ghost: bool):
+    live, frames = LiveCanvas("canvas", ghost), Throttle(1 / CANVAS_FPS)
+    chart_due = Throttle(1 / CHART_FPS, wait_first=True)  # charts of one point say nothing
+    error = ""
     try:
-        yield _run_frame(run, ghost, True, False, "")  # the prompt and its masks, before the first forward
+        yield _live_frame(run, live, figures=False)  # the prompt and its masks, before the first forward
         for record in run.records:
             if record.kind == "decode" and frames.due():
-                figures = chart_due.due()
-                yield _run_frame(run, ghost, True, figures, _partial_text(run) if figures else None)
+                yield _live_frame(run, live, figures=chart_due.due())
         run.close("done")
     except REFUSED as err:
-        yield frame(RunFrame, error=error_html(err))
-        return
+        error = error_html(err)
+        run.close("stopped", str(err))
+    except Exception as err:  # noqa: BLE001 - reported to the user, traceback logged
+        error = failure_html(err)
+        run.close("stopped", failure_text(err))
     finally:
         run.close()  # a closed tab or Stop closes this generator, and with it the engine's
-    yield _run_frame(run, ghost, False, True, run.trace.text)
+    yield final_frame(run.trace, ghost, error)
 
 
-def _partial_text(run: LiveRun) -> str:
+def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
+    """After Stop: wait for the cancelled run to close, then show it whole, as stopped at its last forward."""
+    if trace is None:
+        return frame(RunFrame)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while trace.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if trace.status == "running":  # the engine did not hand control back in time: say so, keep the trace
+        trace.finish("stopped", "stopped by the user")
+    return final_frame(trace, bool(ghost))
+
+
+def partial_text(run: LiveRun) -> str:
     return run.pipe.decode_text(run.trace.output_ids)
 
 
@@ -164,112 +202,10 @@ def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tupl
     return gr.skip(), gr.skip()
 
 
+EXPORTS = export.ExportDir()
+
+
 def export_files(trace: Trace | None) -> list[str] | None:
     if trace is None:
-        raise gr.Error("nothing to export yet: run a prompt first")
-    folder = Path(tempfile.mkdtemp(prefix="llada-export-"))
-    return [str(p) for p in export.write_exports(trace, folder)]
-
-
-# ---- S vs Q ---------------------------------------------------------------------------------------------
-
-def _compare_frame(runs: dict[str, LiveRun], figures: bool, final: bool) -> CompareFrame:
-    traces = {label: run.trace for label, run in runs.items()}
-    for run in runs.values():
-        run.trace.name_tokens(run.pipe.token_texts)
-    top = max(t.steps for t in traces.values())
-    values = {"error": "", "canvas_s": canvas.render(traces["S"], top, elem_id="canvas-s"),
-              "canvas_q": canvas.render(traces["Q"], top, elem_id="canvas-q"),
-              "step": gr.update(maximum=max(top, 1), value=top), "table": tables.stats_table(list(traces.items())),
-              "pair": traces}
-    if figures:
-        values |= _charts(list(traces.items()))
-    if final:
-        values["diff"] = tables.diff_html(traces["S"].text or "", traces["Q"].text or "")
-    return frame(CompareFrame, **values)
-
-
-def _compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
-    pipe = models.get(model_path)
-    return {mode: start(pipe, check_request(prompt, mode, block_length=block_length, gen_length=gen_length))
-            for mode in ("S", "Q")}
-
-
-def compare_ui(models, model_path, prompt, block_length, gen_length):
-    """S and Q on one prompt, interleaved forward by forward, streamed on a shared step timeline."""
-    try:
-        runs = _compare_runs(models, model_path, prompt, block_length, gen_length)
-    except REFUSED as err:
-        yield frame(CompareFrame, error=error_html(err))
-        return
-    frames, chart_due, pair = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS), interleave(runs)
-    try:
-        yield _compare_frame(runs, False, False)
-        for _ in pair:
-            if frames.due():
-                yield _compare_frame(runs, chart_due.due(), False)
-    except REFUSED as err:
-        yield frame(CompareFrame, error=error_html(err))
-        return
-    finally:
-        pair.close()  # Stop or a closed tab ends both engines
-    yield _compare_frame(runs, True, True)
-
-
-def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
-    if not traces:
-        return gr.skip(), gr.skip()
-    k = int(step or 0)
-    return canvas.render(traces["S"], k, elem_id="canvas-s"), canvas.render(traces["Q"], k, elem_id="canvas-q")
-
-
-# ---- API ------------------------------------------------------------------------------------------------
-
-def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
-    """Streams (text so far, stats); the last update is the final text and the run's stats.
-
-    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it."""
-    try:
-        req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
-        run = start(models.get(None), req)
-    except REFUSED as err:
-        raise gr.Error(str(err)) from None
-    due = Throttle(1 / CHART_FPS)
-    try:
-        yield "", api_stats(run.trace), run.trace
-        for record in run.records:
-            if record.kind == "decode" and due.due():
-                yield _partial_text(run), api_stats(run.trace), run.trace
-        run.close("done")
-    except REFUSED as err:
-        raise gr.Error(str(err)) from None
-    finally:
-        run.close()
-    yield run.trace.text, api_stats(run.trace), run.trace
-
-
-def api_stats(trace: Trace) -> dict:
-    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts)."""
-    keys = ("forwards", "decode_forwards", "cache_forwards", "tokens", "tpf", "tps", "seconds", "drafts", "edits",
-            "mbe_edits")
-    values = trace.stats()
-    return {k: values[k] for k in keys}
-
-
-def compare_api(models, prompt, block_length, gen_length) -> dict:
-    """Final stats and text of S and Q on one prompt."""
-    try:
-        runs = _compare_runs(models, None, prompt, block_length, gen_length)
-        for _ in interleave(runs):
-            pass  # interleave closes each run as it ends
-    except REFUSED as err:
-        raise gr.Error(str(err)) from None
-    return {mode: api_stats(run.trace) | {"text": run.trace.text} for mode, run in runs.items()}
-
-
-def trace_api(trace: Trace | None) -> dict:
-    """The full trace of this session's last run (see docs/trace-schema.md)."""
-    if trace is None:
-        raise gr.Error("no run yet in this session: call /generate first")
-    return trace.to_dict()
-
+        raise gr.Error("nothing to export yet: run a prompt first", print_exception=False)
+    return [str(p) for p in export.write_exports(trace, EXPORTS.new())]

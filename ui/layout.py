@@ -15,12 +15,15 @@ import gradio as gr
 
 from llada.presets import load_presets, merged
 
-from . import canvas, handlers, learn, tables
+from . import api, canvas, compare, handlers, learn, tables
+from .live import FOLLOW_JS, PATCHER_JS, canvas_script
 from .models import Models, on_gpu
-from .runs import LIMITS, MODES, preset_values
+from .runs import BUDGET, LIMITS, MODES, preset_values
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-DECODE = {"concurrency_id": "decode", "concurrency_limit": 1}
+DECODE_CONCURRENCY = 2  # runs decoding at once: a short run never waits for a long one to finish
+DECODE = {"concurrency_id": "decode", "concurrency_limit": DECODE_CONCURRENCY}
+STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
 REPLAY = {"concurrency_limit": 8, "show_progress": "hidden"}
 SPEEDS = ["0.5", "1", "2", "4"]
 CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
@@ -54,6 +57,10 @@ def apply_mode(model_path, mode) -> tuple:
 
 # ---- components ---------------------------------------------------------------------------------------
 
+def _canvas_box(html: str, elem_id: str) -> gr.HTML:
+    """A canvas component: whole renders replace it; its script keeps the active block in view."""
+    return gr.HTML(html, elem_id=elem_id, js_on_load=canvas_script() + FOLLOW_JS)
+
 def _controls(models: Models) -> SimpleNamespace:
     c = SimpleNamespace()
     c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model")
@@ -85,6 +92,8 @@ def _controls(models: Models) -> SimpleNamespace:
     with gr.Row():
         c.generate = gr.Button("Generate", variant="primary", elem_id="generate")
         c.stop = gr.Button("Stop", elem_id="stop")
+    gr.Markdown(f"Each request may use {BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
+                "This tab keeps its last run for an hour.", elem_id="budget-note")
     return c
 
 
@@ -92,7 +101,9 @@ def _run_view() -> SimpleNamespace:
     v = SimpleNamespace()
     v.error = gr.HTML("", elem_id="error", js_on_load=None)
     v.stats = gr.Markdown(tables.stats_line(None), elem_id="stats")
-    v.canvas = gr.HTML(canvas.render(None, 0), elem_id="canvas-box", js_on_load=None)
+    v.canvas = _canvas_box(canvas.render(None, 0), "canvas-box")
+    v.patch = gr.HTML(None, html_template="", js_on_load=canvas_script() + PATCHER_JS, elem_id="canvas-patch",
+                      elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
     with gr.Row(equal_height=True):
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (replay: the canvas after this step)", elem_id="step",
                            scale=4)
@@ -121,8 +132,11 @@ def _compare_view() -> SimpleNamespace:
         v.run = gr.Button("Compare S vs Q on this prompt", elem_id="run-compare")
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
         with gr.Row():
-            v.canvas_s = gr.HTML(canvas.render(None, 0, elem_id="canvas-s"), elem_id="canvas-s-box", js_on_load=None)
-            v.canvas_q = gr.HTML(canvas.render(None, 0, elem_id="canvas-q"), elem_id="canvas-q-box", js_on_load=None)
+            v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s"), "canvas-s-box")
+            v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q"), "canvas-q-box")
+        v.patch = gr.HTML(None, html_template="", js_on_load=canvas_script() + PATCHER_JS,
+                          elem_id="canvas-patch-compare", elem_classes=["patcher"], apply_default_css=False,
+                          container=False, padding=False)
         v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
         v.diff = gr.HTML("", elem_id="diff", js_on_load=None)
         with gr.Row():
@@ -178,10 +192,11 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace) -> 
     inputs = [c.model, c.prompt, c.mode, c.tau_mask, c.edit_on, c.tau_edit, c.mbe, c.mbe_window, c.block_length,
               c.gen_length, c.max_post, c.temperature, c.seed, c.ghost]
     parts = {"error": v.error, "canvas": v.canvas, "step": v.step, "stats": v.stats, "edit_log": v.edit_log,
-             "text": v.text, "trace": trace} | dict(zip(CHARTS, v.charts))
+             "text": v.text, "patch": v.patch, "trace": trace} | dict(zip(CHARTS, v.charts))
     outputs = [parts[name] for name in handlers.RunFrame._fields]
     event = c.generate.click(run, inputs, outputs, api_visibility="private", show_progress="minimal", **DECODE)
-    c.stop.click(None, None, None, cancels=[event])
+    c.stop.click(None, None, None, cancels=[event]).then(handlers.stopped_ui, [trace, c.ghost], outputs,
+                                                         api_visibility="private", **REPLAY)
 
 
 def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
@@ -201,14 +216,14 @@ def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
 def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error, pair) -> None:
     @on_gpu
     def run(*args):
-        yield from handlers.compare_ui(models, *args)
+        yield from compare.compare_ui(models, *args)
 
     parts = {"error": error, "canvas_s": v.canvas_s, "canvas_q": v.canvas_q, "step": v.step, "table": v.table,
-             "diff": v.diff, "pair": pair} | dict(zip(CHARTS, v.charts))
-    outputs = [parts[name] for name in handlers.CompareFrame._fields]
+             "diff": v.diff, "patch": v.patch, "pair": pair} | dict(zip(CHARTS, v.charts))
+    outputs = [parts[name] for name in compare.CompareFrame._fields]
     v.run.click(run, [c.model, c.prompt, c.block_length, c.gen_length], outputs, api_visibility="private",
                 show_progress="minimal", **DECODE)
-    v.step.input(handlers.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
+    v.step.input(compare.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
                  api_visibility="private", **REPLAY)
 
 
@@ -232,23 +247,25 @@ def _wire_learn(recordings: dict, v: SimpleNamespace) -> None:
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     @on_gpu
     def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
-        yield from handlers.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length)
+        yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length)
 
     @on_gpu
-    def compare(prompt, block_length, gen_length):
-        return handlers.compare_api(models, prompt, block_length, gen_length)
+    def compare_pair(prompt, block_length, gen_length):
+        return api.compare_api(models, prompt, block_length, gen_length)
 
+    raw = {"preprocess": False}  # the client's values reach the checks as sent: nothing is coerced
     inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length]
-    a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **DECODE)
-    a.compare.click(compare, [a.prompt, a.block_length, a.gen_length], a.result, api_name="compare", **DECODE)
-    a.get_trace.click(handlers.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
+    a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **raw, **DECODE)
+    a.compare.click(compare_pair, [a.prompt, a.block_length, a.gen_length], a.result, api_name="compare", **raw,
+                    **DECODE)
+    a.get_trace.click(api.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
 
 
 def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     """The playground for `models` (nothing is loaded until a run needs it)."""
     recordings = learn.load_recordings() if recordings is None else recordings
-    with gr.Blocks(title="LLaDA2.1 playground: draft and edit") as demo:
-        trace, pair = gr.State(None), gr.State(None)
+    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
+        trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown("## LLaDA2.1 playground\nWatch a block-diffusion model **draft** masked tokens and **edit** "
                     "its own text, step by step.")
         with gr.Tabs():

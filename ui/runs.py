@@ -1,9 +1,12 @@
 """Requests of the playground: checked inputs, the decode settings they mean, and live runs.
 
-`check_request` refuses bad input with a short `InputError` (shown in `#error`, or as a Gradio error
-over the API). `start` turns a request into a `LiveRun`: the engine's Trace and the iterator of its
-records (the engine runs as the iterator is pulled). `interleave` steps several runs forward by
-forward, so S and Q share one timeline.
+`check_request` refuses bad input with an `InputError` that names the field and the allowed values
+(shown in `#error`, or as a Gradio error over the API): types are strict (a boolean is a boolean, a
+prompt is a string), numbers finite, and a prompt needs visible characters and valid Unicode.
+`start` turns a request into a `LiveRun`: the engine's Trace and the iterator of its records (the
+engine runs as the iterator is pulled), bounded by a `Budget` of forwards and wall time; a run that
+reaches it stops with its partial trace kept. `interleave` steps several runs forward by forward, so
+S and Q share one timeline. `active_runs()` counts the runs whose engine is still open.
 
 Settings follow the engine's one rule (`llada.presets`): a named mode sets the thresholds, a threshold
 given explicitly overrides it; Custom is the model's S mode with the sliders' thresholds.
@@ -11,7 +14,11 @@ given explicitly overrides it; Custom is the model's S mode with the sliders' th
 
 from __future__ import annotations
 
+import math
+import threading
 import time
+import unicodedata
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -24,10 +31,33 @@ LIMITS = {"block_length": (4, 128), "gen_length": (8, 1024), "max_post_steps": (
           "temperature": (0.0, 2.0), "seed": (0, 2**31 - 1)}
 MAX_PROMPT_CHARS = 8000
 PRESET_KEYS = ("threshold", "editing_threshold", "max_post_steps", "block_length")
+INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp", "Cs")  # control, format (zero-width), separators, surrogates
 
 
 class InputError(ValueError):
     """An input the playground refuses; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one request may cost: forwards per run and wall-clock seconds per request."""
+
+    forwards: int = 1024
+    seconds: float = 30.0
+
+    def describe(self) -> str:
+        return f"at most {self.forwards:,} forwards per run and {self.seconds:g} s per request"
+
+
+BUDGET = Budget()
+_LIVE: "weakref.WeakSet[LiveRun]" = weakref.WeakSet()  # runs whose engine is still open
+_LIVE_LOCK = threading.Lock()
+
+
+def active_runs() -> int:
+    """How many runs still hold an open engine (all sessions)."""
+    with _LIVE_LOCK:
+        return sum(1 for run in _LIVE if run.open)
 
 
 @dataclass(frozen=True)
@@ -47,30 +77,57 @@ class Request:
 
 
 def _number(name: str, value, low: float, high: float, integer: bool = False) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InputError(f"{name} must be a number, got {value!r}")
+    kind = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name} must be {kind} between {low:g} and {high:g}, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise InputError(f"{name} must be a finite number between {low:g} and {high:g}, got {value!r}")
     if integer and value != int(value):
-        raise InputError(f"{name} must be a whole number, got {value!r}")
+        raise InputError(f"{name} must be a whole number between {low:g} and {high:g}, got {value!r}")
     if not low <= value <= high:
-        raise InputError(f"{name} must be between {low} and {high}, got {value!r}")
+        raise InputError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
     return int(value) if integer else float(value)
 
 
 def _optional(name: str, value, low: float, high: float, integer: bool = False):
-    return None if value is None or value == "" else _number(name, value, low, high, integer)
+    return None if value is None else _number(name, value, low, high, integer)
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _shown(value) -> str:
+    """A short description of a refused value (its type, and the value when short)."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_prompt(prompt) -> str:
+    """The prompt, or InputError: a string of valid Unicode with at least one visible character."""
+    if not isinstance(prompt, str):
+        raise InputError(f"prompt must be text (a string), got {_shown(prompt)}")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InputError(f"the prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in prompt):
+        raise InputError("the prompt holds an unpaired surrogate (U+D800 to U+DFFF): send valid Unicode text")
+    if not prompt.strip() or all(unicodedata.category(ch) in INVISIBLE for ch in prompt):
+        raise InputError("the prompt is empty (it has no visible characters): type something for the model "
+                         "to continue")
+    return prompt
 
 
 def check_request(prompt, mode="S", tau_mask=None, tau_edit=None, edit=True, mbe=False, mbe_window=1,
                   block_length=None, gen_length=128, max_post_steps=None, temperature=0.0, seed=None) -> Request:
-    """A validated Request, or InputError naming the first bad input."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise InputError("the prompt is empty: type something for the model to continue")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise InputError(f"the prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})")
-    if mode not in ENGINE_MODE:
-        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    """A validated Request, or InputError naming the first bad input and what is allowed."""
+    prompt = check_prompt(prompt)
+    if not isinstance(mode, str) or mode not in ENGINE_MODE:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {_shown(mode)}")
     return Request(prompt=prompt, mode=mode, tau_mask=_optional("tau_mask", tau_mask, 0.0, 1.0),
-                   tau_edit=_optional("tau_edit", tau_edit, 0.0, 1.0), edit=bool(edit), mbe=bool(mbe),
+                   tau_edit=_optional("tau_edit", tau_edit, 0.0, 1.0), edit=_flag("edit", edit),
+                   mbe=_flag("mbe", mbe),
                    mbe_window=_number("mbe_window", mbe_window, *LIMITS["mbe_window"], integer=True),
                    block_length=_optional("block_length", block_length, *LIMITS["block_length"], integer=True),
                    gen_length=_number("gen_length", gen_length, *LIMITS["gen_length"], integer=True),
@@ -101,25 +158,49 @@ def decode_config(pipe, req: Request) -> DecodeConfig:
     return pipe.config(ENGINE_MODE[req.mode], **explicit)
 
 
-@dataclass
+@dataclass(eq=False)
 class LiveRun:
     """A run in progress: its Trace (growing) and the iterator that drives the engine."""
 
     pipe: object
     trace: Trace
     records: Iterator[StepRecord]
+    open: bool = True
 
     def close(self, status: str = "stopped", note: str = "") -> Trace:
         """Stop the engine (if still running) and finish the trace with its text and token names."""
         self.records.close()
+        self.open = False
         if self.trace.status == "running":
-            self.trace.finish(status, note, text=self.pipe.decode_text(self.trace.output_ids))
-        self.trace.name_tokens(self.pipe.token_texts)
+            self.trace.finish(status, note)
+        if self.trace.text is None:
+            self.trace.text = self.pipe.decode_text(self.trace.output_ids)
+        self.trace.name_tokens(self.pipe.token_texts, self.pipe.token_bytes)
         return self.trace
 
 
-def start(pipe, req: Request) -> LiveRun:
-    """A new run of `req` (InputError when the prompt and lengths do not fit the model); starts on first pull."""
+def _budgeted(records: Iterator[StepRecord], trace: Trace, budget: Budget) -> Iterator[StepRecord]:
+    """Pass records on until the run ends or reaches its budget (then the trace says so)."""
+    started = time.monotonic()
+    try:
+        for record in records:
+            yield record
+            if trace.forwards >= budget.forwards:
+                trace.finish("stopped", f"budget reached: {trace.forwards:,} forwards (at most "
+                                        f"{budget.forwards:,} per run)")
+                return
+            if time.monotonic() - started > budget.seconds:
+                trace.finish("stopped", f"budget reached: {budget.seconds:g} s of wall time per request")
+                return
+    finally:
+        records.close()
+
+
+def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
+    """A new run of `req` (InputError when the prompt and lengths do not fit the model); starts on first pull.
+
+    `budget` defaults to the module's `BUDGET`, read at each call."""
+    budget = budget or BUDGET
     cfg = decode_config(pipe, req)
     ids = pipe.encode(req.prompt)
     try:
@@ -127,11 +208,14 @@ def start(pipe, req: Request) -> LiveRun:
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.mode)
-    return LiveRun(pipe, trace, trace.follow(stream))
+    run = LiveRun(pipe, trace, _budgeted(trace.follow(stream), trace, budget))
+    with _LIVE_LOCK:
+        _LIVE.add(run)
+    return run
 
 
 def drain(run: LiveRun) -> Trace:
-    """Run to the end; the finished Trace."""
+    """Run to the end (or the budget); the finished Trace."""
     for _ in run.records:
         pass
     return run.close("done")

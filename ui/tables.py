@@ -21,7 +21,8 @@ def stats_line(trace: Trace | None, live: bool = False) -> str:
     if trace is None:
         return "No run yet."
     s = trace.stats()
-    state = "running…" if live else {"running": "running…", "done": "done", "stopped": "stopped early"}[trace.status]
+    state = "running…" if live or trace.status == "running" else "done" if trace.status == "done" else (
+        f"stopped at forward {s['forwards']}" + (f" ({trace.note})" if trace.note else ""))
     return (f"{state} · forwards {s['forwards']} ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
             f"tokens {s['tokens']} · TPF {s['tpf']:.2f} · TPS {s['tps']:.1f} · drafts {s['drafts']} · "
             f"edits {s['edits']} · MBE edits {s['mbe_edits']}")

@@ -1,0 +1,76 @@
+"""The API endpoints (`gradio_client`): /generate streams, /compare, /trace (see docs UI_CONTRACT).
+
+Inputs arrive as the client sent them (the events skip the components' conversions), so a string where a
+boolean belongs, a number as a prompt or an infinite length is refused with a message naming the field,
+never coerced. A refusal or a failure is a `gr.Error` with that message.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from llada.trace import Trace
+
+from .compare import compare_runs
+from .handlers import CHART_FPS, REFUSED, failure_text, partial_text
+from .runs import Throttle, check_request, interleave, start
+
+
+def refused(err: Exception) -> gr.Error:
+    """A refusal for the client: the message, without a traceback in the server log (it is no failure)."""
+    return gr.Error(str(err), print_exception=False)
+
+
+def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
+    """Streams (text so far, stats); the last update is the final text and the run's stats.
+
+    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it."""
+    try:
+        req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
+        run = start(models.get(None), req)
+    except REFUSED as err:
+        raise refused(err) from None
+    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
+        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+    due = Throttle(1 / CHART_FPS)
+    try:
+        yield "", api_stats(run.trace), run.trace
+        for record in run.records:
+            if record.kind == "decode" and due.due():
+                yield partial_text(run), api_stats(run.trace), run.trace
+        run.close("done")
+    except REFUSED as err:
+        raise refused(err) from None
+    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
+        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+    finally:
+        run.close()
+    yield run.trace.text, api_stats(run.trace), run.trace
+
+
+def api_stats(trace: Trace) -> dict:
+    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts)."""
+    keys = ("forwards", "decode_forwards", "cache_forwards", "tokens", "tpf", "tps", "seconds", "drafts", "edits",
+            "mbe_edits")
+    values = trace.stats()
+    return {k: values[k] for k in keys} | {"status": trace.status, "note": trace.note}
+
+
+def compare_api(models, prompt, block_length, gen_length) -> dict:
+    """Final stats and text of S and Q on one prompt."""
+    try:
+        runs = compare_runs(models, None, prompt, block_length, gen_length)
+        for _ in interleave(runs):
+            pass  # interleave closes each run as it ends
+    except REFUSED as err:
+        raise refused(err) from None
+    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
+        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+    return {mode: api_stats(run.trace) | {"text": run.trace.text} for mode, run in runs.items()}
+
+
+def trace_api(trace: Trace | None) -> dict:
+    """The full trace of this session's last run (see docs/trace-schema.md)."""
+    if trace is None:
+        raise gr.Error("no run yet in this session: call /generate first", print_exception=False)
+    return trace.to_dict()
