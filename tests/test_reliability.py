@@ -56,6 +56,12 @@ MALFORMED = [  # (generate arguments, the field the message must name)
     *[(_with(5, v), "block_length") for v in (0, 3, 999, 8.5, "8", float("inf"), -8, True)],
     *[(_with(6, v), "gen_length") for v in (0, 5000, 12.5, "16", float("inf"), None, -16, 10**30)],
 ]
+COMPARE_OK = (PROMPT, 8, 8)
+MALFORMED_COMPARE = [  # (compare arguments, the field the message must name)
+    *[((v, 8, 8), "prompt") for v in (None, 7, ["x"], "", "\u2060", "\udfff")],
+    *[((PROMPT, v, 8), "block_length") for v in (0, "8", 2.5, float("nan"), False)],
+    *[((PROMPT, 8, v), "gen_length") for v in (-1, 2000, "8", float("inf"), [8])],
+]
 
 
 def call(app: str, api: str, args) -> tuple[str, str]:
@@ -75,19 +81,20 @@ def call(app: str, api: str, args) -> tuple[str, str]:
 
 
 def test_every_malformed_input_is_refused_with_its_field_named(app):
+    cases = [("generate", args, field) for args, field in MALFORMED]
+    cases += [("compare", args, field) for args, field in MALFORMED_COMPARE]
     clean = 0
-    for args, field in MALFORMED:
-        kind, message = call(app, "generate", args)
-        assert kind == "error" and message not in ("", "null"), (args, kind, message)
-        assert field in message or (field == "prompt" and "the prompt" in message), (args, message)
+    for api, args, field in cases:
+        kind, message = call(app, api, args)
+        assert kind == "error" and message not in ("", "null"), (api, args, kind, message)
+        assert field in message or (field == "prompt" and "the prompt" in message), (api, args, message)
         clean += 1
-    print(f"\nmalformed inputs: {clean} of {len(MALFORMED)} refused with a message naming the field")
-    kind, _ = call(app, "generate", OK)
-    assert kind == "complete"  # the queue still serves
+    print(f"\nmalformed inputs: {clean} of {len(cases)} refused with a message naming the field")
+    assert call(app, "generate", OK)[0] == call(app, "compare", COMPARE_OK)[0] == "complete"  # still serving
 
 
 def test_concurrent_sessions_each_get_their_own_trace(app):
-    n, results, errors = 8, {}, []
+    n, results, errors = 16, {}, []
 
     def session(i: int) -> None:
         try:

@@ -16,15 +16,13 @@ import gradio as gr
 from llada.presets import load_presets, merged
 
 from . import api, canvas, compare, handlers, learn, tables
+from .events import DECODE, REPLAY
 from .live import FOLLOW_JS, PATCHER_JS, canvas_script
 from .models import Models, on_gpu
 from .runs import BUDGET, LIMITS, MODES, preset_values
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-DECODE_CONCURRENCY = 2  # runs decoding at once: a short run never waits for a long one to finish
-DECODE = {"concurrency_id": "decode", "concurrency_limit": DECODE_CONCURRENCY}
 STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
-REPLAY = {"concurrency_limit": 8, "show_progress": "hidden"}
 SPEEDS = ["0.5", "1", "2", "4"]
 CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
 
@@ -145,20 +143,6 @@ def _compare_view() -> SimpleNamespace:
     return v
 
 
-def _learn_view(recordings: dict) -> SimpleNamespace:
-    v = SimpleNamespace()
-    first = next(iter(recordings.values()), None)
-    gr.Markdown(learn.learn_text())
-    v.note = gr.HTML(learn.recording_note(first), js_on_load=None)
-    v.run = gr.Radio(list(recordings), value=next(iter(recordings), None), label="Recorded run", elem_id="learn-run")
-    v.step = gr.Slider(0, max(first.steps, 1) if first else 1, value=first.steps if first else 0, step=1,
-                       label="step", elem_id="learn-step")
-    v.next_edit = gr.Button("next edit ⇥", size="sm")
-    v.canvas = gr.HTML(canvas.render(first, first.steps if first else 0, elem_id="canvas-learn"), js_on_load=None)
-    v.stats = gr.Markdown(tables.stats_line(first) if first else "")
-    return v
-
-
 def _api_inputs() -> SimpleNamespace:
     """Hidden components that give the API endpoints the contract's exact inputs and outputs."""
     a = SimpleNamespace()
@@ -227,23 +211,6 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
                  api_visibility="private", **REPLAY)
 
 
-def _wire_learn(recordings: dict, v: SimpleNamespace) -> None:
-    def show(label, step):
-        return canvas.render(recordings.get(label), int(step or 0), elem_id="canvas-learn")
-
-    def pick(label):
-        t = recordings.get(label)
-        return (learn.recording_note(t), gr.update(maximum=max(t.steps, 1) if t else 1, value=t.steps if t else 0),
-                show(label, t.steps if t else 0), tables.stats_line(t) if t else "")
-
-    def next_edit(label, step):
-        return handlers.next_edit(recordings.get(label), step, False, elem_id="canvas-learn")
-
-    v.step.input(show, [v.run, v.step], v.canvas, trigger_mode="always_last", api_visibility="private", **REPLAY)
-    v.run.change(pick, [v.run], [v.note, v.step, v.canvas, v.stats], api_visibility="private", **REPLAY)
-    v.next_edit.click(next_edit, [v.run, v.step], [v.canvas, v.step], api_visibility="private", **REPLAY)
-
-
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     @on_gpu
     def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
@@ -277,12 +244,12 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
                         v = _run_view()
                 cmp = _compare_view()
             with gr.Tab("Learn", id="learn"):
-                lv = _learn_view(recordings)
+                learn_parts = learn.build_view(recordings)
         a = _api_inputs()
         _wire_controls(c)
         _wire_run(models, c, v, trace)
         _wire_replay(c, v, trace)
         _wire_compare(models, c, cmp, v.error, pair)
-        _wire_learn(recordings, lv)
+        learn.wire(recordings, learn_parts)
         _wire_api(models, a, trace)
     return demo
