@@ -118,8 +118,8 @@ def test_what_lies_past_the_output_is_counted_not_drawn():
     classes = [set(t["class"].split()) for t in toks]
     assert [q for q, c in enumerate(classes) if "far" in c] == [8, 9, 10, 11]  # the undecoded last block
     assert "+ 4 masks in 1 later block" in html
-    assert toks[2]["data-run"] == "2" and "run" in classes[3]  # the EOS after the output's EOS folds into it
-    assert [t["data-state"] for t in toks[4:8]] == ["draft"] * 4  # ... but what this step wrote stays drawn
+    assert toks[2]["data-run"] == "6" and all("run" in classes[q] for q in range(3, 8))  # EOS x6 in one cell
+    assert [t["data-state"] for t in toks[4:8]] == ["draft"] * 4  # folded cells keep their state
     assert all("cut" in classes[q] for q in range(3, 12)) and "cut" not in classes[2]  # the output ends at its EOS
     assert html.count('class="tok') == trace.length  # every position keeps its element
 
@@ -201,8 +201,8 @@ def test_a_character_split_across_tokens_is_joined_where_it_starts():
 
 def test_eos_after_the_output_collapses_into_a_counted_run():
     trace = _written_trace([7, 0, 0, 0, 0, 0, 0], {7: "a"})
-    toks = parse(canvas.render(trace, 0 + 1)).toks
-    assert toks[2]["data-state"] == "draft"  # drawn while it is being written
+    toks = parse(canvas.render(trace, 1)).toks
+    assert toks[2]["data-state"] == "draft" and toks[2]["data-run"] == "6"  # six EOS drafted: one cell, x6
     settled = Trace(trace.prompt_ids, trace.settings, 1, 0, texts=trace.texts,
                     records=trace.records + [StepRecord("decode", "verify", 2, 0, 2, (0, 8), (0, 8), seconds=0.01)])
     toks = parse(canvas.render(settled, 2)).toks

@@ -40,9 +40,53 @@ def test_charts_overlay_runs():
     # output tokens after each forward (1, 1, 3, then 1 once EOS lands at the first position) / forwards
     assert list(tpf.data[0].y) == pytest.approx([1 / 1, 1 / 2, 3 / 3, 1 / 4, 1 / 5, 1 / 6])
     assert list(tps.data[0].x) == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])  # engine seconds so far
-    assert {t.name for t in steps.data} == {"S drafts", "S edits (T2T)", "S MBE edits", "Q drafts", "Q edits (T2T)",
-                                            "Q MBE edits"}
+    assert {t.name for t in steps.data} == {f"{run} {kind}" for run in "SQ"
+                                            for kind in ("drafts (M2T)", "edits (T2T)", "MBE edits")}
     assert list(steps.data[0].y) == [1, 0, 2, 1, 1, 0]
+    assert [t.line.color for t in steps.data[:3]] == ["#22c55e", "#f59e0b", "#a855f7"]  # the canvas's colours
+    assert "Running TPF" in tpf.layout.title.text and tpf.layout.xaxis.dtick == 1  # whole-number forwards
+
+
+def test_one_run_gets_stacked_bars_in_the_canvas_colours():
+    steps = charts.steps_figure([("S", hand_trace())])
+    assert [t.type for t in steps.data] == ["bar"] * 3 and steps.layout.barmode == "stack"
+    assert [list(t.y) for t in steps.data] == [[1, 0, 2, 1, 1, 0], [0, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0]]
+
+
+def test_confidence_heatmap_marks_where_p_crossed_the_threshold():
+    trace = hand_trace()
+    grid = charts.confidence_grid(trace)
+    assert grid["steps"] == [1, 2, 3, 4, 5, 6] and grid["positions"] == list(range(8))
+    assert grid["p"][0] == [0.25] * 4 + [None] * 4 and grid["p"][2] == [0.25] * 8  # step 3 scored 0..8 (MBE)
+    fig = charts.confidence_figure(trace)
+    marks = {t.name: list(zip(t.x, t.y)) for t in fig.data[1:]}
+    assert marks == {"drafts (M2T)": [(3, 1), (4, 3), (5, 3), (6, 4), (7, 5)], "edits (T2T)": [(3, 2)],
+                     "MBE edits": [(3, 4)]}
+
+
+def test_verdict_and_correctness_of_checkable_prompts():
+    from llada.eval.check import expected_answer
+
+    assert expected_answer("317+985=") == "1302" and expected_answer("sort 73914=") == "13479"
+    assert expected_answer("reverse red fox sun:") == " sun fox red" and expected_answer("hello") is None
+    assert expected_answer("def square(kelto):\n") == "    return kelto * kelto\n"
+    from llada.trace import StepRecord
+
+    fast = hand_trace()
+    slow = Trace(fast.prompt_ids, fast.settings, fast.mask_id, fast.eos_id, texts=fast.texts,  # one more forward
+                 records=fast.records + [StepRecord("decode", "verify", 7, 1, 3, (0, 8), (4, 8), seconds=0.01)])
+    fast.prompt = slow.prompt = "1+1="
+    fast.finish(text="3")
+    slow.finish(text="2")
+    assert tables.correctness(fast) == "wrong" and tables.correctness(slow) == "right"
+    assert tables.verdict(("S", fast), ("Q", slow)) == "S: 1.2× fewer forwards than Q (TPF 0.17 vs 0.14), S wrong, Q right"
+
+
+def test_output_notes_explain_empty_cut_and_stopped_outputs():
+    trace = hand_trace().finish()  # its output is a lone EOS
+    assert "first token was the end of text" in tables.output_note(trace)
+    assert tables.output_note(hand_trace().finish("stopped", "budget reached")).startswith(
+        "Stopped at forward 6 (budget reached)")
 
 
 def test_trace_json_round_trip():

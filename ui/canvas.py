@@ -94,10 +94,10 @@ def _folded(v: View, pos: int) -> bool:
 
 
 def _in_eos_run(v: View, pos: int) -> bool:
-    """An EOS after the output's own EOS that follows another EOS: collapsed into the run's first."""
+    """An EOS after the output's own EOS that follows another EOS: collapsed into the run's first (whose
+    `×N` counts them, whatever state they are in)."""
     eos = v.trace.eos_id
-    return (pos >= v.end and pos not in v.now and v.tokens[pos] == eos and pos - 1 >= v.end - 1
-            and v.tokens[pos - 1] == eos)
+    return pos >= v.end and v.tokens[pos] == eos and pos - 1 >= v.end - 1 and v.tokens[pos - 1] == eos
 
 
 def _hidden(v: View, pos: int, state: str) -> str:

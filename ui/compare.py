@@ -1,7 +1,9 @@
 """The S vs Q comparison: both modes on one prompt, interleaved forward by forward on one timeline.
 
-Each side streams like a playground run (patches of its canvas, a keyframe and the charts now and then);
-the last frame adds the word diff of the two outputs. `compare_step` replays both canvases at a step.
+Each mode runs with its own preset, block length included (unless one is given explicitly). Each side
+streams like a playground run (patches of its canvas, a keyframe and the charts now and then); the last
+frame adds the word diff of the two outputs and a one-line verdict (forwards saved, and for a checkable
+prompt whether each answer is right). `compare_step` replays both canvases at a step.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class CompareFrame(NamedTuple):
     step: Any
     table: Any
     diff: Any
+    verdict: Any
     chart_tps: Any
     chart_tpf: Any
     chart_steps: Any
@@ -60,19 +63,20 @@ def _compare_final(traces: dict[str, Trace], error: str = "") -> CompareFrame:
                  canvas_q=canvas.render(traces["Q"], top, elem_id="canvas-q"),
                  step=gr.update(maximum=max(top, 1), value=top), table=tables.stats_table(list(traces.items())),
                  diff=tables.diff_html(traces["S"].text or "", traces["Q"].text or ""), pair=traces,
-                 **charts_of(list(traces.items())))
+                 verdict=tables.verdict(("S", traces["S"]), ("Q", traces["Q"])), **charts_of(list(traces.items())))
 
 
 def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
+    """S and Q runs of one prompt (block_length None: each mode's own)."""
     pipe = models.get(model_path)
     return {mode: start(pipe, check_request(prompt, mode, block_length=block_length, gen_length=gen_length))
             for mode in ("S", "Q")}
 
 
-def compare_ui(models, model_path, prompt, block_length, gen_length):
-    """S and Q on one prompt, interleaved forward by forward, streamed on a shared step timeline."""
+def compare_ui(models, model_path, prompt, gen_length):
+    """S and Q on one prompt, each with its preset's block length, interleaved forward by forward."""
     try:
-        runs = compare_runs(models, model_path, prompt, block_length, gen_length)
+        runs = compare_runs(models, model_path, prompt, None, gen_length)
     except REFUSED as err:
         yield frame(CompareFrame, error=error_html(err))
         return

@@ -44,6 +44,8 @@ class RunFrame(NamedTuple):
     chart_steps: Any
     edit_log: Any
     text: Any
+    note: Any
+    heatmap: Any
     patch: Any
     trace: Any
 
@@ -73,8 +75,8 @@ def failure_html(err: BaseException) -> str:
 def cleared(error: str) -> RunFrame:
     """A refused or failed request: the message, and the old run cleared from view (and from the session)."""
     return frame(RunFrame, error=error, canvas=canvas.render(None, 0), step=gr.update(maximum=1, value=0),
-                 stats=tables.stats_line(None), chart_tps=None, chart_tpf=None, chart_steps=None,
-                 edit_log=tables.edit_log(None), text="", trace=None)
+                 stats=tables.stats_line(None), chart_tps=None, chart_tpf=None, chart_steps=None, heatmap=None,
+                 edit_log=tables.edit_log(None), text="", note="", trace=None)
 
 
 def charts_of(runs: list[tuple[str, Trace]]) -> dict:
@@ -102,8 +104,8 @@ def final_frame(trace: Trace, ghost: bool, error: str = "") -> RunFrame:
     """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
     return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
                  step=gr.update(maximum=max(trace.steps, 1), value=trace.steps), stats=tables.stats_line(trace),
-                 edit_log=tables.edit_log(trace), text=trace.text or "", trace=trace,
-                 **charts_of([(trace.mode, trace)]))
+                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace), trace=trace,
+                 heatmap=charts.confidence_figure(trace), **charts_of([(trace.mode, trace)]))
 
 
 def generate_ui(models, model_path, prompt, mode, tau_mask, edit_on, tau_edit, mbe, mbe_window, block_length,
@@ -167,8 +169,20 @@ def show_step(trace: Trace | None, step, ghost) -> str:
     return canvas.render(trace, int(step or 0), bool(ghost))
 
 
+TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
+TEACH_STEP_S = (0.15, 0.7)  # ... with each step shown between these bounds
+
+
 def play(speed) -> gr.Timer:
     return gr.Timer(value=0.3 / float(speed or 1), active=True)
+
+
+def teach(trace: Trace | None, slow, ghost) -> tuple:
+    """After a run: replay it from step 0 at a teaching pace (when asked), so drafts and edits can be seen."""
+    if trace is None or not slow or trace.steps < 2:
+        return gr.skip(), gr.skip(), gr.skip()
+    pace = min(max(TEACH_SECONDS / trace.steps, TEACH_STEP_S[0]), TEACH_STEP_S[1])
+    return canvas.render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
 
 
 def pause() -> gr.Timer:

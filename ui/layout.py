@@ -1,56 +1,30 @@
 """The playground's Blocks: components (with the stable elem_ids of docs UI_CONTRACT) and their events.
 
-`build_demo(models)` is the only place that wires ui/ renderers and handlers to Gradio components. Runs
-that use the model share one concurrency group of size 1, so runs never interleave; replays re-render
-the per-session Trace held in gr.State.
+`build_demo(models)` is the only place that wires ui/ renderers and handlers to Gradio components. The
+first screen holds what a first visit needs: the prompt with Generate, the mode row, examples that run
+when clicked, and the canvas right below, the settings beside it (below it on a phone). Runs that use
+the model share the decode concurrency group (ui/events.py); replays re-render the per-session Trace
+held in gr.State, and after a run the canvas replays itself at a teaching pace (when asked).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 
-from llada.presets import load_presets, merged
-
-from . import api, canvas, compare, handlers, learn, tables
-from .events import DECODE, REPLAY
+from . import api, canvas, compare, controls, handlers, learn, tables
+from .events import DECODE, PRIVATE, REPLAY
 from .live import FOLLOW_JS, PATCHER_JS, canvas_script
 from .models import Models, on_gpu
-from .runs import BUDGET, LIMITS, MODES, preset_values
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
 SPEEDS = ["0.5", "1", "2", "4"]
 CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
-
-
-def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-
-
-def presets_of(model_path: str | None) -> dict[str, dict]:
-    return load_presets(Path(model_path)) if model_path else merged({})
-
-
-def presets_note(model_path: str | None) -> str:
-    rows = []
-    for mode in ("S", "Q", "M2T only"):
-        v = preset_values(presets_of(model_path), mode)
-        tau_edit = "off" if v["editing_threshold"] is None else f"{v['editing_threshold']:.2f}"
-        rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_edit} · post {v['max_post_steps']}")
-    return "Presets of this model: " + " | ".join(rows)
-
-
-def apply_mode(model_path, mode) -> tuple:
-    """Slider values of a preset (tau_mask, edit_on, tau_edit, max_post_steps); lengths stay as set."""
-    if mode == "Custom":
-        return (gr.skip(),) * 4
-    v = preset_values(presets_of(model_path), mode)
-    off = v["editing_threshold"] is None
-    return v["threshold"], not off, gr.skip() if off else v["editing_threshold"], v["max_post_steps"]
+HEADER = ("## LLaDA2.1 playground\nWatch a block-diffusion language model **draft** masked tokens in parallel "
+          "and **edit** its own text, step by step. New here? Click an example, or open **Learn**.")
 
 
 # ---- components ---------------------------------------------------------------------------------------
@@ -59,49 +33,18 @@ def _canvas_box(html: str, elem_id: str) -> gr.HTML:
     """A canvas component: whole renders replace it; its script keeps the active block in view."""
     return gr.HTML(html, elem_id=elem_id, js_on_load=canvas_script() + FOLLOW_JS)
 
-def _controls(models: Models) -> SimpleNamespace:
-    c = SimpleNamespace()
-    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model")
-    c.prompt = gr.Textbox(label="Prompt", lines=4, elem_id="prompt", placeholder="def fibonacci(n):")
-    c.examples = gr.Examples([[e["prompt"]] for e in examples()], inputs=[c.prompt], label="Examples")
-    c.mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode")
-    c.presets = gr.Markdown(presets_note(models.default), elem_id="presets")
-    s = preset_values(presets_of(models.default), "S")
-    c.tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",
-                           elem_id="tau-mask")
-    c.edit_on = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
-    c.tau_edit = gr.Slider(0, 1, value=s["editing_threshold"] or 0.0, step=0.01,
-                           label="τ_edit: edit a token when p > τ_edit (T2T)", elem_id="tau-edit")
-    with gr.Row():
-        c.mbe = gr.Checkbox(value=False, label="Multi-Block Editing (MBE)", elem_id="mbe")
-        c.mbe_window = gr.Slider(*LIMITS["mbe_window"], value=1, step=1, label="MBE window (blocks)",
-                                 elem_id="mbe-window")
-    c.block_length = gr.Slider(*LIMITS["block_length"], value=s["block_length"], step=4, label="block length",
-                               elem_id="block-length")
-    c.gen_length = gr.Slider(*LIMITS["gen_length"], value=128, step=8, label="generation length",
-                             elem_id="gen-length")
-    with gr.Accordion("More settings", open=False):
-        c.max_post = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
-                               label="max post steps (mask-free steps per block)", elem_id="max-post-steps")
-        c.temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)",
-                                  elem_id="temperature")
-        c.seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
-    c.ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
-    with gr.Row():
-        c.generate = gr.Button("Generate", variant="primary", elem_id="generate")
-        c.stop = gr.Button("Stop", elem_id="stop")
-    gr.Markdown(f"Each request may use {BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
-                "This tab keeps its last run for an hour.", elem_id="budget-note")
-    return c
+
+def _patcher(elem_id: str) -> gr.HTML:
+    """Draws nothing: applies the live canvas patches it receives (ui/live.py)."""
+    return gr.HTML(None, html_template="", js_on_load=canvas_script() + PATCHER_JS, elem_id=elem_id,
+                   elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
 
 
 def _run_view() -> SimpleNamespace:
     v = SimpleNamespace()
-    v.error = gr.HTML("", elem_id="error", js_on_load=None)
     v.stats = gr.Markdown(tables.stats_line(None), elem_id="stats")
     v.canvas = _canvas_box(canvas.render(None, 0), "canvas-box")
-    v.patch = gr.HTML(None, html_template="", js_on_load=canvas_script() + PATCHER_JS, elem_id="canvas-patch",
-                      elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
+    v.patch = _patcher("canvas-patch")
     with gr.Row(equal_height=True):
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (replay: the canvas after this step)", elem_id="step",
                            scale=4)
@@ -111,47 +54,56 @@ def _run_view() -> SimpleNamespace:
         v.pause = gr.Button("❚❚ pause", elem_id="pause", size="sm")
         v.next_edit = gr.Button("next edit ⇥", elem_id="next-edit", size="sm")
     v.timer = gr.Timer(0.3, active=False)
-    v.text = gr.Textbox(label="Output", lines=5, elem_id="output", interactive=False, buttons=["copy"])
+    v.text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"])
+    v.note = gr.Markdown("", elem_id="output-note")
+    return v
+
+
+def _charts_view(v: SimpleNamespace) -> None:
     with gr.Row():
-        v.charts = [gr.Plot(elem_id=i, show_label=False) for i in ("chart-tps", "chart-tpf", "chart-steps")]
+        v.charts = [gr.Plot(elem_id=i, show_label=False, min_width=300) for i in ("chart-tps", "chart-tpf",
+                                                                                  "chart-steps")]
+    with gr.Accordion("Why was a token drafted or edited when it was? Confidence per position and step",
+                      open=True, elem_id="heatmap-box"):
+        v.heatmap = gr.Plot(elem_id="chart-confidence", show_label=False)
     v.edit_log = gr.Dataframe(tables.edit_log(None), label="Edit log: every T2T and MBE edit", elem_id="edit-log",
                               interactive=False, max_height=300)
     with gr.Row():
         v.export = gr.Button("Export trace (JSON) and HTML replay", elem_id="export", size="sm")
         v.files = gr.File(file_count="multiple", label="Exports", elem_id="export-files")
-    return v
 
 
 def _compare_view() -> SimpleNamespace:
     v = SimpleNamespace()
     with gr.Column(elem_id="compare"):
-        gr.Markdown("### S vs Q on the same prompt\nBoth runs advance one forward each in turn, on one timeline; "
-                    "the step slider shows both canvases after that step.")
+        gr.Markdown("### S vs Q on the same prompt\nEach mode runs with its own preset (its block length "
+                    "included); both advance one forward each in turn, on one timeline.")
         v.run = gr.Button("Compare S vs Q on this prompt", elem_id="run-compare")
+        v.verdict = gr.Markdown("", elem_id="compare-verdict")
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
-        with gr.Row():
-            v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s"), "canvas-s-box")
-            v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q"), "canvas-q-box")
-        v.patch = gr.HTML(None, html_template="", js_on_load=canvas_script() + PATCHER_JS,
-                          elem_id="canvas-patch-compare", elem_classes=["patcher"], apply_default_css=False,
-                          container=False, padding=False)
+        with gr.Row(elem_id="compare-canvases"):
+            with gr.Column(min_width=320):
+                v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s"), "canvas-s-box")
+            with gr.Column(min_width=320):
+                v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q"), "canvas-q-box")
+        v.patch = _patcher("canvas-patch-compare")
         v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
-        v.diff = gr.HTML("", elem_id="diff", js_on_load=None)
+        v.diff = gr.HTML("", elem_id="diff")
         with gr.Row():
-            v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False)
+            v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False, min_width=300)
                         for i in ("chart-tps", "chart-tpf", "chart-steps")]
     return v
 
 
 def _api_inputs() -> SimpleNamespace:
-    """Hidden components that give the API endpoints the contract's exact inputs and outputs."""
+    """Hidden components that give the API endpoints the contract's inputs, with values that work as examples."""
     a = SimpleNamespace()
     with gr.Column(visible=False):
-        a.prompt, a.mode = gr.Textbox(label="prompt"), gr.Textbox(label="mode")
+        a.prompt, a.mode = gr.Textbox("176+771=", label="prompt"), gr.Textbox("S", label="mode")
         a.tau_mask = gr.Number(None, label="tau_mask")  # null: the mode's value
         a.tau_edit = gr.Number(None, label="tau_edit")
-        a.mbe = gr.Checkbox(label="mbe")
-        a.block_length, a.gen_length = gr.Number(label="block_length"), gr.Number(label="gen_length")
+        a.mbe = gr.Checkbox(False, label="mbe")
+        a.block_length, a.gen_length = gr.Number(None, label="block_length"), gr.Number(32, label="gen_length")
         a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
         a.generate, a.compare, a.get_trace = gr.Button(), gr.Button(), gr.Button()
     return a
@@ -159,42 +111,54 @@ def _api_inputs() -> SimpleNamespace:
 
 # ---- events -------------------------------------------------------------------------------------------
 
+def _preset_outputs(c: SimpleNamespace) -> list:
+    return [c.tau_mask, c.edit_on, c.tau_edit, c.max_post, c.block_length]
+
+
 def _wire_controls(c: SimpleNamespace) -> None:
-    preset_outputs = [c.tau_mask, c.edit_on, c.tau_edit, c.max_post]
-    c.mode.input(apply_mode, [c.model, c.mode], preset_outputs, api_visibility="private", **REPLAY)
+    c.mode.input(controls.apply_mode, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
     for slider in (c.tau_mask, c.tau_edit, c.edit_on):
-        slider.input(lambda: "Custom", None, c.mode, api_visibility="private", **REPLAY)
-    c.model.change(lambda path, mode: (presets_note(path), *apply_mode(path, mode)), [c.model, c.mode],
-                   [c.presets, *preset_outputs], api_visibility="private", **REPLAY)
+        slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
+    c.model.change(lambda path, mode: (controls.presets_note(path), *controls.apply_mode(path, mode)),
+                   [c.model, c.mode], [c.presets, *_preset_outputs(c)], **PRIVATE, **REPLAY)
 
 
-def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
+def _run_outputs(v: SimpleNamespace, trace) -> list:
+    parts = {"error": v.error, "canvas": v.canvas, "step": v.step, "stats": v.stats, "edit_log": v.edit_log,
+             "text": v.text, "note": v.note, "heatmap": v.heatmap, "patch": v.patch,
+             "trace": trace} | dict(zip(CHARTS, v.charts))
+    return [parts[name] for name in handlers.RunFrame._fields]
+
+
+def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, examples: gr.Examples) -> None:
     @on_gpu
     def run(*args):
         yield from handlers.generate_ui(models, *args)
 
     inputs = [c.model, c.prompt, c.mode, c.tau_mask, c.edit_on, c.tau_edit, c.mbe, c.mbe_window, c.block_length,
               c.gen_length, c.max_post, c.temperature, c.seed, c.ghost]
-    parts = {"error": v.error, "canvas": v.canvas, "step": v.step, "stats": v.stats, "edit_log": v.edit_log,
-             "text": v.text, "patch": v.patch, "trace": trace} | dict(zip(CHARTS, v.charts))
-    outputs = [parts[name] for name in handlers.RunFrame._fields]
-    event = c.generate.click(run, inputs, outputs, api_visibility="private", show_progress="minimal", **DECODE)
-    c.stop.click(None, None, None, cancels=[event]).then(handlers.stopped_ui, [trace, c.ghost], outputs,
-                                                         api_visibility="private", **REPLAY)
+    outputs, teach = _run_outputs(v, trace), [trace, c.teach, c.ghost]
+    replay_out = [v.canvas, v.step, v.timer]
+    event = c.generate.click(run, inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
+    event.then(handlers.teach, teach, replay_out, **PRIVATE, **REPLAY)
+    example = examples.load_input_event.then(lambda path, mode: controls.apply_mode(path, mode, with_block=False),
+                                             [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
+    example_run = example.then(run, inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
+    example_run.then(handlers.teach, teach, replay_out, **PRIVATE, **REPLAY)
+    c.stop.click(None, None, None, cancels=[event, example_run]).then(
+        handlers.stopped_ui, [trace, c.ghost], outputs, **PRIVATE, **REPLAY)
 
 
 def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
-    v.step.input(handlers.show_step, [trace, v.step, c.ghost], v.canvas, trigger_mode="always_last",
-                 api_visibility="private", **REPLAY)
-    c.ghost.change(handlers.show_step, [trace, v.step, c.ghost], v.canvas, api_visibility="private", **REPLAY)
-    v.play.click(handlers.start_play, [trace, v.step, c.ghost, v.speed], [v.canvas, v.step, v.timer],
-                 api_visibility="private", **REPLAY)
-    v.pause.click(handlers.pause, None, v.timer, api_visibility="private", **REPLAY)
-    v.timer.tick(handlers.tick, [trace, v.step, c.ghost], [v.canvas, v.step, v.timer], api_visibility="private",
+    v.step.input(handlers.show_step, [trace, v.step, c.ghost], v.canvas, trigger_mode="always_last", **PRIVATE,
                  **REPLAY)
-    v.next_edit.click(handlers.next_edit, [trace, v.step, c.ghost], [v.canvas, v.step], api_visibility="private",
-                      **REPLAY)
-    v.export.click(handlers.export_files, [trace], v.files, api_visibility="private", **REPLAY)
+    c.ghost.change(handlers.show_step, [trace, v.step, c.ghost], v.canvas, **PRIVATE, **REPLAY)
+    v.play.click(handlers.start_play, [trace, v.step, c.ghost, v.speed], [v.canvas, v.step, v.timer], **PRIVATE,
+                 **REPLAY)
+    v.pause.click(handlers.pause, None, v.timer, **PRIVATE, **REPLAY)
+    v.timer.tick(handlers.tick, [trace, v.step, c.ghost], [v.canvas, v.step, v.timer], **PRIVATE, **REPLAY)
+    v.next_edit.click(handlers.next_edit, [trace, v.step, c.ghost], [v.canvas, v.step], **PRIVATE, **REPLAY)
+    v.export.click(handlers.export_files, [trace], v.files, **PRIVATE, **REPLAY)
 
 
 def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error, pair) -> None:
@@ -203,12 +167,11 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
         yield from compare.compare_ui(models, *args)
 
     parts = {"error": error, "canvas_s": v.canvas_s, "canvas_q": v.canvas_q, "step": v.step, "table": v.table,
-             "diff": v.diff, "patch": v.patch, "pair": pair} | dict(zip(CHARTS, v.charts))
+             "diff": v.diff, "verdict": v.verdict, "patch": v.patch, "pair": pair} | dict(zip(CHARTS, v.charts))
     outputs = [parts[name] for name in compare.CompareFrame._fields]
-    v.run.click(run, [c.model, c.prompt, c.block_length, c.gen_length], outputs, api_visibility="private",
-                show_progress="minimal", **DECODE)
+    v.run.click(run, [c.model, c.prompt, c.gen_length], outputs, **PRIVATE, show_progress="minimal", **DECODE)
     v.step.input(compare.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
-                 api_visibility="private", **REPLAY)
+                 **PRIVATE, **REPLAY)
 
 
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
@@ -228,28 +191,50 @@ def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     a.get_trace.click(api.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
 
 
+def _page_script() -> None:
+    """Keyboard (Ctrl/Cmd+Enter) and out-of-range notes for typed slider values (assets/page.js)."""
+    gr.HTML(None, html_template="", js_on_load=(ASSETS / "page.js").read_text(encoding="utf-8"),
+            elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
+
+
+def _playground(models: Models, trace, pair) -> None:
+    c = SimpleNamespace()
+    controls.prompt_bar(c)
+    slot = gr.Column(elem_id="examples-slot")  # filled below, once the inputs the examples set exist
+    v = _run_view_area(c, models)
+    with slot:
+        examples = controls.example_list(c)
+    cmp = _compare_view()
+    _wire_controls(c)
+    _wire_run(models, c, v, trace, examples)
+    _wire_replay(c, v, trace)
+    _wire_compare(models, c, cmp, v.error, pair)
+
+
+def _run_view_area(c: SimpleNamespace, models: Models) -> SimpleNamespace:
+    error = gr.HTML("", elem_id="error")
+    with gr.Row():
+        with gr.Column(scale=3, min_width=320):
+            v = _run_view()
+        with gr.Column(scale=1, min_width=280, elem_id="settings"):
+            controls.settings(c, models)
+    _charts_view(v)
+    v.error = error
+    return v
+
+
 def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     """The playground for `models` (nothing is loaded until a run needs it)."""
     recordings = learn.load_recordings() if recordings is None else recordings
     with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
-        gr.Markdown("## LLaDA2.1 playground\nWatch a block-diffusion model **draft** masked tokens and **edit** "
-                    "its own text, step by step.")
-        with gr.Tabs():
+        gr.Markdown(HEADER, elem_id="header")
+        _page_script()
+        with gr.Tabs(elem_id="tabs"):
             with gr.Tab("Playground", id="playground"):
-                with gr.Row():
-                    with gr.Column(scale=1, min_width=320):
-                        c = _controls(models)
-                    with gr.Column(scale=3):
-                        v = _run_view()
-                cmp = _compare_view()
+                _playground(models, trace, pair)
             with gr.Tab("Learn", id="learn"):
                 learn_parts = learn.build_view(recordings)
-        a = _api_inputs()
-        _wire_controls(c)
-        _wire_run(models, c, v, trace)
-        _wire_replay(c, v, trace)
-        _wire_compare(models, c, cmp, v.error, pair)
         learn.wire(recordings, learn_parts)
-        _wire_api(models, a, trace)
+        _wire_api(models, _api_inputs(), trace)
     return demo

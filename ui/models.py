@@ -113,9 +113,14 @@ class Models:
 
     def _warm(self) -> None:
         try:
-            self.get(self.default)
+            warm_up(self.get(self.default))
         except Exception:  # noqa: BLE001 - the first run reports the same error to the user
             pass
+
+
+def warm_up(pipe) -> None:
+    """One short decode, so the first visitor's run does not pay the one-time setup (allocations, kernel choice)."""
+    pipe.generate([pipe.eos_id], pipe.config("S", gen_length=8, block_length=8))
 
 
 def _load(pipeline_cls, path: str):

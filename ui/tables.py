@@ -1,4 +1,5 @@
-"""Tables and text of a run: the stats line, the comparison table, the edit log and a diff of two outputs."""
+"""Tables and text of a run: the stats line, the comparison table and verdict, the edit log, a diff of two
+outputs, and the note under an output that is empty or cut."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from html import escape
 
 import pandas as pd
 
+from llada.eval.check import expected_answer
 from llada.trace import Trace
 
 from .canvas import text
 
-STATS_COLUMNS = ["run", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"]
+STATS_COLUMNS = ["run", "block", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits", "answer"]
 EDIT_COLUMNS = ["step", "block", "position", "old", "new", "p", "kind"]
 
 
@@ -28,13 +30,56 @@ def stats_line(trace: Trace | None, live: bool = False) -> str:
             f"edits {s['edits']} · MBE edits {s['mbe_edits']}")
 
 
+def correctness(trace: Trace) -> str:
+    """'right' / 'wrong' for a checkable prompt (an arithmetic, sort, reverse or rename task), else '—'."""
+    answer = expected_answer(trace.prompt)
+    if answer is None or trace.status == "running":
+        return "—"
+    return "right" if (trace.text or "") == answer else "wrong"
+
+
 def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:
     rows = []
     for label, trace in runs:
         s = trace.stats()
-        rows.append([label, s["forwards"], s["tokens"], round(s["tpf"], 3), round(s["tps"], 1), s["drafts"],
-                     s["edits"], s["mbe_edits"]])
+        rows.append([label, trace.block_length, s["forwards"], s["tokens"], round(s["tpf"], 3), round(s["tps"], 1),
+                     s["drafts"], s["edits"], s["mbe_edits"], correctness(trace)])
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
+
+
+def verdict(fast: tuple[str, Trace], careful: tuple[str, Trace]) -> str:
+    """One line on a comparison, e.g. 'S: 2.1× fewer forwards than Q (TPF 4.20 vs 2.00), same answer'."""
+    (a, ta), (b, tb) = fast, careful
+    if not ta.forwards or not tb.forwards:
+        return ""
+    ratio = tb.forwards / ta.forwards
+    speed = (f"{ratio:.1f}× fewer forwards than {b}" if ratio >= 1.05 else
+             f"{1 / ratio:.1f}× more forwards than {b}" if ratio <= 0.95 else f"as many forwards as {b}")
+    right = {label: correctness(t) for label, t in (fast, careful)}
+    if "—" in right.values():
+        answer = "same output" if ta.text == tb.text else "different outputs"
+    elif right[a] == right[b]:
+        answer = "both right" if right[a] == "right" else "both wrong"
+    else:
+        answer = f"{a} {right[a]}, {b} {right[b]}"
+    return f"{a}: {speed} (TPF {ta.tpf:.2f} vs {tb.tpf:.2f}), {answer}"
+
+
+def output_note(trace: Trace | None) -> str:
+    """Why an output is empty or cut, in a sentence ('' when there is nothing to explain)."""
+    if trace is None or trace.status == "running":
+        return ""
+    ids, eos = trace.output_ids, trace.eos_id
+    if trace.status == "stopped":
+        why = f" ({trace.note})" if trace.note else ""
+        return f"Stopped at forward {trace.forwards}{why}: the output is what was written by then."
+    if ids == [eos] or not ids:
+        return ("The model's first token was the end of text: it had nothing to add to this prompt. Try one of "
+                "the examples: they are in the formats the model was trained on.")
+    if eos not in ids and len(ids) >= trace.gen_length:
+        return (f"The output is cut at the generation length ({trace.gen_length} tokens) before the model ended "
+                "it: raise the generation length to see more.")
+    return ""
 
 
 def edit_log(trace: Trace | None) -> pd.DataFrame:

@@ -1,0 +1,107 @@
+"""A first visit in Chromium, on the shipped model, on a desktop and a phone, in light and dark themes.
+
+What a visitor who only clicks sees: the prompt and Generate above the fold, examples that run when
+clicked, the canvas in view, the run replayed slowly afterwards, a canvas that reads in either theme,
+the confidence heatmap, S vs Q with a verdict, and the keyboard shortcut. Screenshots go to
+tests/artifacts/ (not versioned); the README links the ones in docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from test_browser import ARGS, ARTIFACTS, CHROMIUM, sync_api  # noqa: F401 - skips or fails like the browser test
+from ui_helpers import launch_app
+
+MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
+VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    demo, url = launch_app(MODEL)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, app_url, viewport: str, theme: str):
+    page = browser.new_page(viewport=VIEWPORTS[viewport])
+    page.goto(app_url + THEMES[theme], wait_until="load")
+    page.wait_for_selector("#prompt textarea", timeout=60_000)
+    return page
+
+
+def wait_done(page, timeout: int = 90_000) -> None:
+    page.wait_for_function("/^(done|stopped)/.test(document.querySelector('#stats').innerText)", timeout=timeout)
+
+
+def luminance(page, selector: str, prop: str) -> float:
+    rgb = page.eval_on_selector(selector, f"e => getComputedStyle(e).{prop}")
+    r, g, b = (int(x) for x in re.findall(r"\d+", rgb)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+@pytest.mark.parametrize("theme", list(THEMES))
+def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
+    page = open_page(browser, app_url, viewport, theme)
+    for hook in ("#prompt textarea", "#generate"):
+        assert page.locator(hook).bounding_box()["y"] < VIEWPORTS[viewport]["height"]  # above the fold
+    page.locator("#examples button", has_text="Code (S)").first.click()
+    wait_done(page)
+    assert page.input_value("#prompt textarea") == "def inc(tuyul):\n"
+    output = page.input_value("#output textarea")
+    assert output == "    tuyul = tuyul + 1\n    return tuyul\n"  # the shipped model's answer, S mode
+    # the slow replay starts from step 0 and walks forward on its own
+    page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 1", timeout=20_000)
+    box = page.locator("#canvas").bounding_box()
+    assert box["y"] < page.evaluate("window.scrollY + window.innerHeight")  # the canvas is in view
+    ink, paper = luminance(page, "#canvas", "color"), luminance(page, "#canvas", "backgroundColor")
+    assert (ink > paper + 0.4) if theme == "dark" else (paper > ink + 0.4)  # text reads on its card
+    page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=20_000)
+    page.screenshot(path=str(ARTIFACTS / f"first-visit-{viewport}-{theme}.png"))
+    page.close()
+
+
+def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
+    page = open_page(browser, app_url, "phone", "light")
+    page.fill("#prompt textarea", "176+771=")
+    page.click("#run-compare")
+    page.wait_for_function("document.querySelector('#compare-verdict').innerText.includes('forwards')",
+                           timeout=90_000)
+    verdict = page.inner_text("#compare-verdict")
+    assert re.match(r"S: .*forwards.* \(TPF [\d.]+ vs [\d.]+\), (both right|S \w+, Q \w+|both wrong)", verdict)
+    table = page.inner_text("#compare-table")
+    assert "32" in table and "16" in table and "right" in table  # S with block 32, Q with block 16 (the card's)
+    s_box, q_box = (page.locator(f"#{i}").bounding_box() for i in ("canvas-s", "canvas-q"))
+    assert q_box["y"] >= s_box["y"] + s_box["height"] - 1  # stacked on a phone
+    page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare-phone.png"))
+    page.close()
+
+
+def test_keyboard_unicode_and_typed_ranges(browser, app_url):
+    page = open_page(browser, app_url, "desktop", "dark")
+    page.fill("#prompt textarea", "Héllo ✓ 176+771=")
+    page.press("#prompt textarea", "Control+Enter")
+    wait_done(page)
+    prompt_text = "".join(page.locator("#canvas .tok[data-state=prompt]").all_inner_texts()).replace("·", " ")
+    assert prompt_text == "Héllo ✓ 176+771="  # split byte-level characters are joined, nothing shows as �
+    box = page.locator("#gen-length input[type=number]")
+    box.fill("5000")
+    box.press("Enter")
+    page.wait_for_selector("#range-note:not([hidden])", timeout=10_000)
+    assert "5000 is outside the allowed range" in page.inner_text("#range-note")
+    page.close()
