@@ -27,6 +27,13 @@ def test_endpoints_follow_the_contract(client):
     assert [p["parameter_name"] for p in named["/compare"]["parameters"]] == ["prompt", "block_length", "gen_length"]
 
 
+def test_the_api_pages_examples_run_when_copied(client):
+    named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    for name in ("/generate", "/compare"):
+        example = [p["example_input"] for p in named[name]["parameters"]]
+        assert client.predict(*example, api_name=name)  # no refusal: the shown values are valid
+
+
 def test_generate_streams_and_matches_the_trace_and_the_cli(client, tiny_model_dir):
     from llada.pipeline import Pipeline
 

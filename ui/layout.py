@@ -95,15 +95,23 @@ def _compare_view() -> SimpleNamespace:
     return v
 
 
+def _api_input(component, example):
+    """A hidden API input whose value is also the example the API page shows (one that runs when copied)."""
+    component.example_inputs = lambda: example  # the API page asks each input component for its example
+    return component
+
+
 def _api_inputs() -> SimpleNamespace:
-    """Hidden components that give the API endpoints the contract's inputs, with values that work as examples."""
+    """Hidden components that give the API endpoints the contract's inputs, with examples that work."""
     a = SimpleNamespace()
     with gr.Column(visible=False):
-        a.prompt, a.mode = gr.Textbox("176+771=", label="prompt"), gr.Textbox("S", label="mode")
-        a.tau_mask = gr.Number(None, label="tau_mask")  # null: the mode's value
-        a.tau_edit = gr.Number(None, label="tau_edit")
-        a.mbe = gr.Checkbox(False, label="mbe")
-        a.block_length, a.gen_length = gr.Number(None, label="block_length"), gr.Number(32, label="gen_length")
+        a.prompt = _api_input(gr.Textbox("176+771=", label="prompt"), "176+771=")
+        a.mode = _api_input(gr.Textbox("S", label="mode"), "S")
+        a.tau_mask = _api_input(gr.Number(None, label="tau_mask"), None)  # null: the mode's value
+        a.tau_edit = _api_input(gr.Number(None, label="tau_edit"), None)
+        a.mbe = _api_input(gr.Checkbox(False, label="mbe"), False)
+        a.block_length = _api_input(gr.Number(None, label="block_length"), None)
+        a.gen_length = _api_input(gr.Number(32, label="gen_length"), 32)
         a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
         a.generate, a.compare, a.get_trace = gr.Button(), gr.Button(), gr.Button()
     return a
@@ -119,8 +127,9 @@ def _wire_controls(c: SimpleNamespace) -> None:
     c.mode.input(controls.apply_mode, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
     for slider in (c.tau_mask, c.tau_edit, c.edit_on):
         slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
-    c.model.change(lambda path, mode: (controls.presets_note(path), *controls.apply_mode(path, mode)),
-                   [c.model, c.mode], [c.presets, *_preset_outputs(c)], **PRIVATE, **REPLAY)
+    c.model.change(lambda path, mode: (controls.presets_note(path), gr.update(maximum=controls.gen_limit(path)),
+                                       *controls.apply_mode(path, mode)),
+                   [c.model, c.mode], [c.presets, c.gen_length, *_preset_outputs(c)], **PRIVATE, **REPLAY)
 
 
 def _run_outputs(v: SimpleNamespace, trace) -> list:
