@@ -122,7 +122,8 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
     missing = sorted(expected.keys() - found.keys())
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise CheckpointError(f"{root}: missing tensor {missing[0]}{more} (needed by config.json; no shard holds it)")
+        raise CheckpointError(f"{root}: missing tensor {missing[0]}{more} (needed by config.json; no shard holds "
+                              f"it{_bias_hint(missing[0], root)})")
     out = []
     for name, entry in sorted(found.items(), key=lambda kv: (kv[1].file, kv[1].begin)):
         slot = expected.get(name)
@@ -133,6 +134,14 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
             raise CheckpointError(f"{entry.file}: tensor {name} has shape {entry.shape}, the config needs {slot.shape}")
         out.append((entry, slot))
     return out
+
+
+def _bias_hint(name: str, root: Path) -> str:
+    if not name.endswith(".bias"):
+        return ""
+    key = "use_qkv_bias" if "query_key_value" in name else "use_bias"
+    raw = read_json(root / "config.json")
+    return f"; config.json sets {key} true" if key in raw else f"; config.json omits {key}, whose default is true"
 
 
 def _unexpected(entry: Entry, cfg: ModelConfig) -> None:

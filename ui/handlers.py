@@ -225,13 +225,14 @@ def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
 
 # ---- API ------------------------------------------------------------------------------------------------
 
-def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
+def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
     """Streams (text so far, stats); the last update is the final text and the run's stats.
 
-    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it."""
+    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it.
+    model: an offered model's name (empty: the default model)."""
     try:
         req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
-        run = start(models.get(None), req)
+        run = start(models.get(models.path_of(model)), req)
     except REFUSED as err:
         raise gr.Error(str(err)) from None
     due = Throttle(1 / CHART_FPS)
@@ -256,10 +257,10 @@ def api_stats(trace: Trace) -> dict:
     return {k: values[k] for k in keys}
 
 
-def compare_api(models, prompt, block_length, gen_length) -> dict:
-    """Final stats and text of S and Q on one prompt."""
+def compare_api(models, prompt, block_length, gen_length, model=None) -> dict:
+    """Final stats and text of S and Q on one prompt (model: an offered model's name, empty: the default)."""
     try:
-        runs = _compare_runs(models, None, prompt, block_length, gen_length)
+        runs = _compare_runs(models, models.path_of(model), prompt, block_length, gen_length)
         for _ in interleave(runs):
             pass  # interleave closes each run as it ends
     except REFUSED as err:

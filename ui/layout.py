@@ -16,7 +16,7 @@ import gradio as gr
 from llada.presets import load_presets, merged
 
 from . import canvas, handlers, learn, tables
-from .models import Models, on_gpu
+from .models import Models, gpu_seconds, on_gpu
 from .runs import LIMITS, MODES, preset_values
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -56,7 +56,8 @@ def apply_mode(model_path, mode) -> tuple:
 
 def _controls(models: Models) -> SimpleNamespace:
     c = SimpleNamespace()
-    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model")
+    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
+                          info=models.note() or None)  # why a candidate is not offered
     c.prompt = gr.Textbox(label="Prompt", lines=4, elem_id="prompt", placeholder="def fibonacci(n):")
     c.examples = gr.Examples([[e["prompt"]] for e in examples()], inputs=[c.prompt], label="Examples")
     c.mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode")
@@ -154,6 +155,7 @@ def _api_inputs() -> SimpleNamespace:
         a.tau_edit = gr.Number(None, label="tau_edit")
         a.mbe = gr.Checkbox(label="mbe")
         a.block_length, a.gen_length = gr.Number(label="block_length"), gr.Number(label="gen_length")
+        a.model = gr.Textbox("", label="model")  # an offered model's name; empty: the default
         a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
         a.generate, a.compare, a.get_trace = gr.Button(), gr.Button(), gr.Button()
     return a
@@ -171,7 +173,7 @@ def _wire_controls(c: SimpleNamespace) -> None:
 
 
 def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
-    @on_gpu
+    @on_gpu(seconds=lambda _m, _p, _mode, _t, _e, _te, _mbe, _w, block, gen, post, *_: gpu_seconds(gen, block, post))
     def run(*args):
         yield from handlers.generate_ui(models, *args)
 
@@ -199,7 +201,7 @@ def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
 
 
 def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error, pair) -> None:
-    @on_gpu
+    @on_gpu(seconds=lambda _m, _p, block, gen: gpu_seconds(gen, block, runs=2))
     def run(*args):
         yield from handlers.compare_ui(models, *args)
 
@@ -230,17 +232,19 @@ def _wire_learn(recordings: dict, v: SimpleNamespace) -> None:
 
 
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
-    @on_gpu
-    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
-        yield from handlers.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length)
+    @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
+    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=""):
+        yield from handlers.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
+                                         model)
 
-    @on_gpu
-    def compare(prompt, block_length, gen_length):
-        return handlers.compare_api(models, prompt, block_length, gen_length)
+    @on_gpu(seconds=lambda prompt, block, gen, *_: gpu_seconds(gen, block, runs=2))
+    def compare(prompt, block_length, gen_length, model=""):
+        return handlers.compare_api(models, prompt, block_length, gen_length, model)
 
-    inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length]
+    inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length, a.model]
     a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **DECODE)
-    a.compare.click(compare, [a.prompt, a.block_length, a.gen_length], a.result, api_name="compare", **DECODE)
+    a.compare.click(compare, [a.prompt, a.block_length, a.gen_length, a.model], a.result, api_name="compare",
+                    **DECODE)
     a.get_trace.click(handlers.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
 
 
