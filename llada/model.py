@@ -217,7 +217,10 @@ class LLaDA2MoE(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        weight = torch.empty(cfg.vocab_size, cfg.hidden_size)  # (V, H)
+        self.word_embeddings = nn.Embedding.from_pretrained(weight, freeze=False)
+        if not weight.is_meta:  # on `meta` there are no values to draw (and normal_ there imports ~150 MB)
+            self.word_embeddings.reset_parameters()
         self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

@@ -9,7 +9,7 @@ with per-expert names, the tokenizer; random weights) is written to `--workdir` 
 The load is measured in a fresh child process that does nothing else: it imports the engine, notes
 its resident memory, then loads the directory the way the playground does (`Pipeline.load` with the
 app's device and the default dtype: the checkpoint's on CUDA, fp32 on the CPU for small models), and
-reports the load's wall time, the process's peak RSS (`ru_maxrss`), the peak CUDA memory, and the
+reports the load's wall time, the process's peak RSS (VmHWM), the peak CUDA memory, and the
 ratios to the checkpoint's size and to the loaded weights. It then decodes a chat prompt in the S and
 Q modes and reports forwards/s, TPF and TPS (random weights: the model never becomes confident, so
 TPF is near 1 and every block spends its post steps; forwards/s is the figure that carries over).
@@ -171,7 +171,12 @@ def _device_name(device: torch.device) -> str:
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process image's peak resident memory: VmHWM (ru_maxrss would carry a forking parent's over exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def _rss_now() -> int:
