@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,8 @@ class Models:
         room = self.rt.room if self.rt.room is not None else _room(self.rt.device)
         for c in self.candidates:
             name, path = c if isinstance(c, tuple) else ("", str(c))
-            checked = check_model(_unique(name, self.offered), path, self.rt, room)
+            checked = check_model(name, path, self.rt, room)
+            checked = replace(checked, name=_unique(checked.name, self.offered + self.withheld))
             (self.offered if isinstance(checked, Offered) else self.withheld).append(checked)
             if isinstance(checked, Offered) and room is not None:
                 room -= _weights(checked)  # models stay loaded: each one takes from the room left
@@ -234,9 +235,9 @@ class Models:
         return pipe
 
 
-def _unique(name: str, offered: list[Offered]) -> str:
-    taken = {m.name for m in offered}
-    if not name or name not in taken:
+def _unique(name: str, others: list) -> str:
+    taken = {m.name for m in others}
+    if name not in taken:
         return name
     k = 2
     while f"{name} ({k})" in taken:
