@@ -45,7 +45,7 @@ def test_hub_snapshots_are_found_locally_named_by_repo_and_never_downloaded(tmp_
     assert m.hub_snapshots(["org/model", "org/absent"]) == [("org/model", str(snap))]
     monkeypatch.setattr(m, "preloaded_repos", lambda: ["org/model"])
     dirs = m.model_dirs([str(tiny_model_dir), str(tiny_model_dir)], env="", default=None)
-    assert dirs == [("", str(tiny_model_dir)), ("org/model", str(snap))]  # duplicates once, hub models by repo
+    assert dirs == [str(tiny_model_dir), ("org/model", str(snap))]  # duplicates once, hub models by repo
     offered = m.Models(dirs, rt=CPU16)
     assert offered.choices() == [("tiny-random", str(tiny_model_dir)), ("org/model", str(snap))]
 

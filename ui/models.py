@@ -73,8 +73,8 @@ def runtime() -> Runtime:
 
 
 def model_dirs(cli: list[str] | None = None, env: str | None = None,
-               default: Path | None = DEFAULT_MODEL) -> list[tuple[str, str]]:
-    """(name or "", path) of every candidate in order, without duplicates; hub snapshots named by repo."""
+               default: Path | None = DEFAULT_MODEL) -> list:
+    """The candidates in order, without duplicates: local paths, then (repo, path) of hub snapshots."""
     env = os.environ.get(ENV_VAR, "") if env is None else env
     local = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
     local += [d for d in env.split(os.pathsep) if d.strip()]
@@ -83,7 +83,7 @@ def model_dirs(cli: list[str] | None = None, env: str | None = None,
         key = str(Path(d).expanduser().resolve())
         if key not in seen:
             seen.add(key)
-            out.append((name, key))
+            out.append((name, key) if name else key)
     return out
 
 
