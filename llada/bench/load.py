@@ -91,42 +91,42 @@ def replica(shape: str, workdir: Path) -> Path:
 
 def measure(args: argparse.Namespace) -> dict:
     """In the child: load as the app does, then decode; every figure of the report but the date."""
-    from ..checkpoint import read_config
-    from ..kernels import triton_available  # noqa: F401 - imported before the baseline, like the app would
-    from ..memory import default_dtype, weight_bytes
-    from ..pipeline import Pipeline
-
     if args.threads:
         torch.set_num_threads(args.threads)
+    from ..pipeline import Pipeline
+
     root, device = Path(args.model), torch.device(args.device)
-    cfg, _ = read_config(root)
-    dtype = default_dtype(cfg, device) if args.dtype == "auto" else getattr(torch, args.dtype)
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     quantize = None if args.quantize == "none" else args.quantize
-    checkpoint = sum(f.stat().st_size for f in root.glob("*.safetensors"))
     baseline = _rss_now()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     pipe = Pipeline.load(root, dtype=dtype, device=str(device), quantize=quantize, progress=True)
     _sync(device)
-    seconds = time.perf_counter() - start
-    peak = _peak_rss()
-    weights = weight_bytes(cfg, dtype, quantize)
-    report = {"device": _device_name(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "model": str(root),
-              "dtype": str(dtype).removeprefix("torch."), "quantize": args.quantize,
-              "parameters": sum(cfg.parameter_counts().values()), "checkpoint_bytes": checkpoint,
-              "weights_bytes": weights, "load_seconds": round(seconds, 3),
-              "rss_before_load_bytes": baseline, "peak_rss_bytes": peak,
-              "peak_rss_over_checkpoint": round(peak / checkpoint, 3)}
-    if device.type == "cuda":
-        top = torch.cuda.max_memory_allocated(device)
-        report |= {"peak_cuda_bytes": top, "peak_cuda_over_weights": round(top / weights, 3)}
+    report = load_report(pipe, root, device, quantize, time.perf_counter() - start, baseline)
     if args.gen_length > 0:
         report["decode"] = {mode: decode(pipe, mode, args.gen_length, args.block_length, device)
                             for mode in ("S", "Q")}
         if device.type == "cuda":
             report["peak_cuda_bytes_with_decode"] = torch.cuda.max_memory_allocated(device)
+    return report
+
+
+def load_report(pipe, root: Path, device: torch.device, quantize: str | None, seconds: float, baseline: int) -> dict:
+    from ..memory import weight_bytes
+
+    cfg, dtype, peak = pipe.model.config, pipe.model.dtype, _peak_rss()
+    checkpoint = sum(f.stat().st_size for f in root.glob("*.safetensors"))
+    weights = weight_bytes(cfg, dtype, quantize)
+    report = {"device": _device_name(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "model": str(root), "dtype": str(dtype).removeprefix("torch."), "quantize": quantize or "none",
+              "parameters": sum(cfg.parameter_counts().values()), "checkpoint_bytes": checkpoint,
+              "weights_bytes": weights, "load_seconds": round(seconds, 3), "rss_before_load_bytes": baseline,
+              "peak_rss_bytes": peak, "peak_rss_over_checkpoint": round(peak / checkpoint, 3)}
+    if device.type == "cuda":
+        top = torch.cuda.max_memory_allocated(device)
+        report |= {"peak_cuda_bytes": top, "peak_cuda_over_weights": round(top / weights, 3)}
     return report
 
 
