@@ -1,26 +1,41 @@
 """LLaDA2.1 playground: watch a block-diffusion MoE model draft and edit, live and replayable.
 
-    python app.py                          # the embedded model in assets/model
+    python app.py                          # the embedded model in assets/model (+ preloaded hub models)
     python app.py --model DIR --model DIR2 # more local LLaDA2.x checkpoints in the model selector
     LLADA_MODELS=DIR:DIR2 python app.py    # the same through the environment
 
+On a ZeroGPU Space every offered model is loaded here, at start, in the main process, and moved to
+`cuda` (ZeroGPU's pattern; see ui/models.py); elsewhere the default model loads in the background.
 This file only wires: components and events live in ui/layout.py, renderers in ui/, the engine in llada/.
 """
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
+try:  # first: on ZeroGPU, `spaces` patches torch and refuses to start once CUDA has been touched
+    import spaces  # noqa: F401
+except ImportError:  # not a Space: nothing to patch
+    pass
 
-from ui.layout import build_demo
-from ui.models import Models, model_dirs
+import argparse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ui.layout import build_demo  # noqa: E402
+from ui.models import Models, model_dirs  # noqa: E402
 
 CSS = Path(__file__).resolve().parent / "assets" / "style.css"
 QUEUE = {"max_size": 64, "default_concurrency_limit": 8}
 THEME = "soft"
 
 
-models = Models(model_dirs())  # assets/model and $LLADA_MODELS; loaded on first use, not here
+def offered(cli: list[str] | None = None) -> Models:
+    """The offered models; on ZeroGPU loaded now (resident for every GPU call), elsewhere on first use."""
+    models = Models(model_dirs(cli))
+    if models.rt.kind == "zerogpu":
+        models.load_resident()
+    return models
+
+
+models = offered()
 demo = build_demo(models)
 
 
@@ -30,9 +45,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=None, help="server name (default: Gradio's, or $GRADIO_SERVER_NAME)")
     parser.add_argument("--port", type=int, default=None, help="server port (default: Gradio's)")
     args = parser.parse_args(argv)
-    offered, app = (Models(model_dirs(args.model)), None) if args.model else (models, demo)
-    app = app or build_demo(offered)
-    offered.warm()  # load the default model in the background: the first run then starts at once
+    chosen, app = (offered(args.model), None) if args.model else (models, demo)
+    app = app or build_demo(chosen)
+    if chosen.rt.kind != "zerogpu":
+        chosen.warm()  # load the default model in the background: the first run then starts at once
+    for line in chosen.note().splitlines():
+        print(f"[app] {line}", flush=True)
     app.queue(**QUEUE).launch(server_name=args.host, server_port=args.port, css_paths=[CSS], theme=THEME)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 
 def _threshold(text: str) -> float | None:
@@ -60,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mbe-window", type=int, help="finished blocks kept editable by MBE (default 1)")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every forward")
     g.add_argument("--chat", choices=("auto", "on", "off"), default="auto", help="wrap the prompt in the chat template")
-    g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="auto: the checkpoint's dtype on CUDA, float32 on the CPU for models up to 1B parameters")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
     g.add_argument("--quantize", choices=("none", "fp8", "fp8-dense"), default="none",
                    help="FP8 weights: routed experts, or experts and dense linears")
     g.add_argument("--json", action="store_true", help="print one JSON object")
@@ -89,9 +91,10 @@ def run_generate(args) -> dict:
 
     from .pipeline import Pipeline
 
-    pipe = Pipeline.load(args.model, dtype=getattr(torch, args.dtype), device=args.device,
-                         mask_id=args.mask_id, eos_id=args.eos_id,
-                         quantize=None if args.quantize == "none" else args.quantize)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+                         device=device, mask_id=args.mask_id, eos_id=args.eos_id,
+                         quantize=None if args.quantize == "none" else args.quantize, progress=True)
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
     ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
@@ -112,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .checkpoint import CheckpointError
 
-    try:
-        out = run_generate(args)
-    except (CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line  # e.g. a special id taken from the LLaDA2.x defaults
+        try:
+            out = run_generate(args)
+        except (CheckpointError, ValueError, FloatingPointError) as err:  # FloatingPointError: NonFiniteLogits
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(out))
     else:
@@ -125,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
               f"cache forwards, TPF {out['tpf']:.2f}, TPS {out['tps']:.1f}, drafts {out['drafts']}, "
               f"edits {out['edits']}, MBE edits {out['mbe_edits']}]")
     return 0
+
+
+def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,22 @@
-"""Read and write Hugging Face `llada2_moe` model directories, without `trust_remote_code`.
+"""Read and write Hugging Face `llada2_moe` model directories, without `trust_remote_code`, lean on memory.
 
 A directory holds `config.json` and either `model.safetensors` or shards listed in
-`model.safetensors.index.json`. Per-expert tensors `mlp.experts.E.{gate,up,down}_proj.weight` are
-stacked into the runtime layout `w13 (E, 2I, H)` / `w2 (E, H, I)` on load and split again on save.
-Every problem raises `CheckpointError` naming the file and the tensor or key.
+`model.safetensors.index.json`. Per-expert tensors `mlp.experts.E.{gate,up,down}_proj.weight` become
+the runtime layout `w13 (E, 2I, H)` (gate rows, then up rows) / `w2 (E, H, I)`.
+
+Loading (`load_model`) never holds a second copy of the weights:
+
+1. config.json is validated and the weights' size is estimated from it: a model that cannot fit is
+   refused before anything is allocated (`llada.memory`);
+2. the model is built on the `meta` device and every shard's header is checked against it (names,
+   shapes, dtypes), so a broken checkpoint is refused before any memory is spent;
+3. the model is materialised once, in the target dtype on the target device, and each shard is read
+   tensor by tensor straight into its place (`llada.shards`): an expert's matrices land in their slice
+   of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
+   bf16: each expert is quantized (128x128 tiles, `llada.kernels.quantize_weight_fp8`) as it is read.
+
+Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
+naming the file and the tensor or key.
 """
 
 from __future__ import annotations
@@ -11,138 +24,269 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
+from torch import nn
 
-from .config import ConfigError, ModelConfig
-from .model import LLaDA2MoE
+from . import memory
+from .config import ConfigError, ModelConfig, read_json
+from .model import Experts, LLaDA2MoE
+from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+SKIPPED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed from the config here
+QUANTIZE = ("fp8", "fp8-dense")
 
 
 class CheckpointError(RuntimeError):
     """A model directory that cannot be loaded; the message names the file and the key."""
 
 
-def _shard_files(root: Path) -> list[Path]:
+class Slot(NamedTuple):
+    """Where a Hugging Face tensor goes: a runtime tensor, an expert in it, and a row range of that."""
+
+    key: str  # runtime state-dict key, e.g. "layers.3.mlp.experts.w13"
+    expert: int | None  # index into the stacked experts
+    rows: tuple[int, int] | None  # gate rows [0, I) or up rows [I, 2I) of w13[expert]
+    shape: tuple[int, ...]  # the shape the checkpoint's tensor must have
+
+
+def read_config(root: Path) -> tuple[ModelConfig, dict]:
+    """The validated config and the raw config.json of a model directory."""
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: model directory not found")
+    try:
+        raw = read_json(root / "config.json")
+        return ModelConfig.from_dict(raw, source=str(root / "config.json")), raw
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def shard_files(root: Path) -> list[Path]:
     if (root / INDEX).exists():
         try:
             weight_map = json.loads((root / INDEX).read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{root / INDEX}: not a valid safetensors index ({err})") from None
-        files = [root / name for name in sorted(set(weight_map.values()))]
+            names = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{root / INDEX}: not a valid safetensors index ({err!r})") from None
+        files = [root / str(name) for name in names]
     elif (root / SINGLE).exists():
         files = [root / SINGLE]
     else:
         raise CheckpointError(f"{root}: no {SINGLE} or {INDEX} found")
     for f in files:
-        if not f.exists():
+        if not f.is_file():
             raise CheckpointError(f"{f}: shard listed in {INDEX} is missing")
     return files
 
 
-def read_tensors(root: Path) -> dict[str, tuple[torch.Tensor, Path]]:
-    """Every tensor of the checkpoint with the file it came from."""
+def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
+    """Every tensor the checkpoint must hold, by Hugging Face name (works on a meta model)."""
     out = {}
-    for f in _shard_files(root):
-        try:
-            with safe_open(str(f), framework="pt") as handle:
-                for key in handle.keys():
-                    out[key] = (handle.get_tensor(key), f)
-        except (SafetensorError, OSError, RuntimeError) as err:
-            raise CheckpointError(f"{f}: cannot read safetensors file ({err})") from None
-    return out
-
-
-def _hf_to_runtime(tensors: dict, cfg: ModelConfig) -> dict[str, tuple[torch.Tensor, Path]]:
-    """Rename HF keys to module keys and stack experts: w13 = [gate; up] rows, w2 = down."""
-    out, experts = {}, {}
-    for key, (t, f) in tensors.items():
-        m = _EXPERT.match(key)
-        if m:
-            experts[(int(m[1]), int(m[2]), m[3])] = (t, f, key)
-        elif key.startswith("model."):
-            out[key[len("model."):]] = (t, f)
-        else:
-            out[key] = (t, f)
-    for layer in range(cfg.num_hidden_layers):
-        if not cfg.is_moe_layer(layer):
+    for key, t in model.state_dict().items():
+        m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
+        if not m:
+            out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
             continue
-        prefix = f"layers.{layer}.mlp.experts"
-        parts = {}
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            rows = []
-            for e in range(cfg.num_experts):
-                if (layer, e, name) not in experts:
-                    raise CheckpointError(f"missing tensor model.{prefix}.{e}.{name}.weight")
-                rows.append(experts.pop((layer, e, name)))
-            parts[name] = rows
-        for (tensors_, fname) in ((parts["gate_proj"], "gate"), (parts["up_proj"], "up"), (parts["down_proj"], "down")):
-            shapes = {tuple(t.shape) for t, _, _ in tensors_}
-            if len(shapes) != 1:
-                raise CheckpointError(f"{tensors_[0][1]}: experts of model.{prefix}.*.{fname}_proj differ in shape {shapes}")
-        gate = torch.stack([t for t, _, _ in parts["gate_proj"]])
-        up = torch.stack([t for t, _, _ in parts["up_proj"]])
-        f0 = parts["gate_proj"][0][1]
-        out[f"{prefix}.w13"] = (torch.cat([gate, up], dim=1), f0)
-        out[f"{prefix}.w2"] = (torch.stack([t for t, _, _ in parts["down_proj"]]), f0)
-    if experts:
-        (layer, e, name), (_, f, key) = next(iter(experts.items()))
-        raise CheckpointError(f"{f}: unexpected tensor {key} (layer {layer} is not an MoE layer or expert "
-                              f"{e} >= num_experts={cfg.num_experts})")
+        E, N, K = t.shape
+        for e in range(E):
+            prefix = f"model.{m[1]}.{e}"
+            if m[2] == "w2":
+                out[f"{prefix}.down_proj.weight"] = Slot(key, e, None, (N, K))
+            else:
+                out[f"{prefix}.gate_proj.weight"] = Slot(key, e, (0, N // 2), (N // 2, K))
+                out[f"{prefix}.up_proj.weight"] = Slot(key, e, (N // 2, N), (N // 2, K))
+    if model.config.tie_word_embeddings:
+        del out["lm_head.weight"]  # the output layer shares the embeddings
     return out
 
 
-def load_state(model: LLaDA2MoE, tensors: dict[str, tuple[torch.Tensor, Path]]) -> None:
-    expected = model.state_dict()
-    for key, target in expected.items():
-        if key not in tensors:
-            raise CheckpointError(f"missing tensor {_hf_name(key)} (needed by the config)")
-        t, f = tensors.pop(key)
-        if tuple(t.shape) != tuple(target.shape):
-            raise CheckpointError(f"{f}: tensor {_hf_name(key)} has shape {tuple(t.shape)}, "
-                                  f"the config needs {tuple(target.shape)}")
-        with torch.no_grad():
-            target.copy_(t.to(target.dtype))
-    if tensors:
-        key, (_, f) = next(iter(tensors.items()))
-        raise CheckpointError(f"{f}: unexpected tensor {_hf_name(key)} (not part of this config)")
-
-
-def _hf_name(key: str) -> str:
+def hf_name(key: str) -> str:
     return key if key.startswith("lm_head") else f"model.{key}"
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LLaDA2MoE:
-    """Build the model from a Hugging Face directory: config.json + safetensors (single or sharded)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise CheckpointError(f"{root}: model directory not found")
-    try:
-        cfg = ModelConfig.from_json(root / "config.json")
-    except ConfigError as err:
-        raise CheckpointError(str(err)) from None
-    tensors = read_tensors(root)
-    if cfg.tie_word_embeddings and "lm_head.weight" not in tensors:
-        tensors["lm_head.weight"] = tensors["model.word_embeddings.weight"]
+def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
+    """Match every tensor of every shard to its slot; CheckpointError for anything missing or wrong."""
+    expected, found = expected_tensors(model), {}
+    for f in shard_files(root):
+        try:
+            entries = read_header(f)
+        except ShardError as err:
+            raise CheckpointError(str(err)) from None
+        for name, entry in entries.items():
+            if name in found:
+                raise CheckpointError(f"{f}: tensor {name} is also in {found[name].file.name}")
+            found[name] = entry
+    missing = sorted(expected.keys() - found.keys())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise CheckpointError(f"{root}: missing tensor {missing[0]}{more} (needed by config.json; no shard holds "
+                              f"it{_bias_hint(missing[0], root)})")
+    out = []
+    for name, entry in sorted(found.items(), key=lambda kv: (kv[1].file, kv[1].begin)):
+        slot = expected.get(name)
+        if slot is None:
+            _unexpected(entry, model.config)
+            continue
+        if entry.shape != slot.shape:
+            raise CheckpointError(f"{entry.file}: tensor {name} has shape {entry.shape}, the config needs {slot.shape}")
+        out.append((entry, slot))
+    return out
+
+
+def _bias_hint(name: str, root: Path) -> str:
+    if not name.endswith(".bias"):
+        return ""
+    key = "use_qkv_bias" if "query_key_value" in name else "use_bias"
+    raw = read_json(root / "config.json")
+    return f"; config.json sets {key} true" if key in raw else f"; config.json omits {key}, whose default is true"
+
+
+def _unexpected(entry: Entry, cfg: ModelConfig) -> None:
+    name = entry.name
+    if name.endswith(SKIPPED) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+        return  # a known non-weight tensor, or an lm_head that tied embeddings replace
+    hint = ""
+    if name.endswith("attention.dense.bias"):
+        hint = "; config.json has use_bias false (or the key is absent and the checkpoint needs it true)"
+    elif name.endswith("query_key_value.bias"):
+        hint = "; config.json has use_qkv_bias false"
+    elif name.endswith("gate.expert_bias"):
+        hint = "; config.json has moe_router_enable_expert_bias false"
+    elif ".experts." in name:
+        hint = f"; num_experts is {cfg.num_experts} and MoE layers start at first_k_dense_replace={cfg.first_k_dense_replace}"
+    raise CheckpointError(f"{entry.file}: unexpected tensor {name} (not part of this config{hint})")
+
+
+def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
+               quantize: str | None = None, progress: bool = False) -> LLaDA2MoE:
+    """The model of a Hugging Face directory, loaded shard by shard into `dtype` on `device`.
+
+    dtype None: the checkpoint's dtype on CUDA, fp32 on the CPU for small models (`memory.default_dtype`).
+    quantize: None, "fp8" (routed experts quantized while loading) or "fp8-dense" (also the dense linears)."""
+    root, device = Path(path), torch.device(device)
+    if quantize not in (None, *QUANTIZE):
+        raise ValueError(f"unknown quantization {quantize!r}; choose fp8 or fp8-dense")
+    cfg, _ = read_config(root)
+    dtype = dtype or memory.default_dtype(cfg, device)
+    why = memory.does_not_fit(cfg, dtype, device, quantize)
+    if why:
+        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
     with torch.device("meta"):
-        model = LLaDA2MoE(cfg)
-    model = model.to_empty(device=device).to(dtype)
-    load_state(model, _hf_to_runtime(tensors, cfg))
+        model = LLaDA2MoE(cfg).to(dtype)
+    slots = plan(root, model)
+    sinks = _fp8_sinks(model, device) if quantize else {}
+    _materialize(model, device)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.word_embeddings.weight
+    with torch.no_grad():
+        _fill(model, slots, sinks, device, progress)
+    if quantize == "fp8-dense":
+        from .quantize import quantize_model_fp8  # the experts are fp8 already; this swaps the dense linears
+
+        quantize_model_fp8(model, dense=True)
     return model.eval().requires_grad_(False)
 
 
+def _materialize(model: LLaDA2MoE, device: torch.device) -> None:
+    """Allocate every meta parameter and buffer on `device`, uninitialised: the shards fill them.
+
+    (Module.to_empty does the same through empty_like, which pulls in sympy: ~1 s and ~35 MB.)"""
+    for module in model.modules():
+        for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if t.is_meta:
+                new = torch.empty(t.shape, dtype=t.dtype, device=device)
+                setattr(module, name, nn.Parameter(new, requires_grad=False) if isinstance(t, nn.Parameter) else new)
+
+
+def _fill(model: LLaDA2MoE, slots: list[tuple[Entry, Slot]], sinks: dict, device, progress: bool) -> None:
+    state, staging, by_file = model.state_dict(), staging_buffer(device), {}
+    for entry, slot in slots:
+        by_file.setdefault(entry.file, []).append((entry, slot))
+    for f in _progress(list(by_file), progress):
+        with ShardReader(f, staging) as reader:
+            for entry, slot in by_file[f]:
+                if slot.key in sinks:
+                    sinks[slot.key].put(reader, entry, slot)
+                else:
+                    reader.copy_into(entry, _destination(state[slot.key], slot))
+
+
+def _destination(t: torch.Tensor, slot: Slot) -> torch.Tensor:
+    t = t if slot.expert is None else t[slot.expert]
+    return t if slot.rows is None else t[slot.rows[0]:slot.rows[1]]  # contiguous: leading-dim slices
+
+
+def _progress(files: list[Path], enabled: bool):
+    if not enabled:
+        return files
+    from tqdm import tqdm
+
+    return tqdm(files, desc="loading shards", unit="shard", disable=None)
+
+
+class _FP8Sink:
+    """Quantizes one MoE layer's experts as their tensors arrive (gate and up together, per expert)."""
+
+    def __init__(self, experts, dtype: torch.dtype):
+        self.experts, self.dtype, self.pending = experts, dtype, {}
+
+    def put(self, reader: ShardReader, entry: Entry, slot: Slot) -> None:
+        from .kernels import quantize_weight_fp8
+
+        w = torch.empty(slot.shape, dtype=self.dtype, device=self.experts.w13.device)  # (I, H) or (H, I)
+        reader.copy_into(entry, w)
+        e = slot.expert
+        if slot.rows is None:  # down_proj -> w2[e]
+            q, s = quantize_weight_fp8(w)
+            self.experts.w2[e].copy_(q)
+            self.experts.w2_scale[e].copy_(s)
+            return
+        halves = self.pending.setdefault(e, {})
+        halves[slot.rows[0]] = w
+        if len(halves) == 2:  # gate and up read: quantize the (2I, H) matrix exactly as a stacked w13 would be
+            q, s = quantize_weight_fp8(torch.cat([halves[k] for k in sorted(halves)]))
+            self.experts.w13[e].copy_(q)
+            self.experts.w13_scale[e].copy_(s)
+            del self.pending[e]
+
+
+def _fp8_sinks(model: LLaDA2MoE, device: torch.device) -> dict[str, _FP8Sink]:
+    """Swap every (meta) Experts for an FP8Experts of empty fp8 buffers; their sinks by runtime key."""
+    from .quantize import FP8Experts
+
+    sinks = {}
+    for i, layer in enumerate(model.layers):
+        experts = getattr(layer.mlp, "experts", None)
+        if not isinstance(experts, Experts):
+            continue
+        E, I2, H = experts.w13.shape
+        t = lambda *shape, dtype=torch.float8_e4m3fn: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+        tiles = lambda n: -(-n // memory.FP8_TILE)  # noqa: E731
+        layer.mlp.experts = FP8Experts.from_quantized(
+            t(E, I2, H), t(E, tiles(I2), tiles(H), dtype=torch.float32),
+            t(E, H, I2 // 2), t(E, tiles(H), tiles(I2 // 2), dtype=torch.float32))
+        sink = _FP8Sink(layer.mlp.experts, model.dtype)
+        sinks[f"layers.{i}.mlp.experts.w13"] = sinks[f"layers.{i}.mlp.experts.w2"] = sink
+    return sinks
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
 def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
-    """The model's weights under Hugging Face names, experts unstacked."""
-    cfg, out = model.config, {}
+    """The model's weights under Hugging Face names, experts unstacked (tied lm_head left out)."""
+    out = {}
     for key, t in model.state_dict().items():
         m = re.match(r"^layers\.(\d+)\.mlp\.experts\.(w13|w2)$", key)
+        if key == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue
+        if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
+            raise CheckpointError("an fp8-quantized model cannot be saved: save the model before quantizing it")
         if not m:
-            out[_hf_name(key)] = t.detach().contiguous()
+            out[hf_name(key)] = t.detach().contiguous()
             continue
         prefix = f"model.layers.{m[1]}.mlp.experts"
         for e in range(t.shape[0]):
@@ -156,10 +300,11 @@ def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
 
 
 def save_model(model: LLaDA2MoE, path: str | Path, extra_config: dict | None = None) -> Path:
-    """Write config.json + model.safetensors in the Hugging Face layout."""
+    """Write config.json (every key the reference code reads) + model.safetensors in the HF layout."""
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_dict() | {"torch_dtype": str(model.dtype).removeprefix("torch.")}
+    dtype = str(model.dtype).removeprefix("torch.")
+    config = model.config.to_dict() | {"dtype": dtype, "torch_dtype": dtype, "pad_token_id": None}
     config |= extra_config or {}
     (root / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(hf_state_dict(model), str(root / SINGLE), metadata={"format": "pt"})

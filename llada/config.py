@@ -1,8 +1,13 @@
 """The two validated configurations: the model's (`ModelConfig`) and a decoding run's (`DecodeConfig`).
 
-`ModelConfig.from_dict` accepts a real checkpoint's config (extra keys are ignored) and raises
-`ConfigError` naming the missing or invalid key. Real sizes (LLaDA2.1-mini): hidden 2048, 20 layers,
-16/4 heads of 128, 256 experts top-8 in 8 groups (4 kept), expert width 512, one shared expert.
+`ModelConfig.from_dict` reads a real checkpoint's config.json the way the public LLaDA2 reference code
+does: a key it leaves out takes the reference's default (`REFERENCE_DEFAULTS`, e.g. `use_bias` true,
+`partial_rotary_factor` 0.5), every key that changes the computation is either honoured or refused
+(`FIXED`: values this engine does not implement, with the reason), and keys without effect at
+inference (dropouts, `auto_map`, `use_cache`, ...) are ignored. Every value is type-checked before it
+is used, so a broken config raises `ConfigError` naming the file and the key, never a ZeroDivisionError.
+Real sizes (LLaDA2.1-mini): hidden 2048, 20 layers, 16/4 heads of 128, 256 experts top-8 in 8 groups
+(4 kept), expert width 512, one shared expert, vocabulary 157184.
 
 `DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling) and raises
 `ValueError` naming the setting and its allowed range; named presets live in `llada.presets`.
@@ -17,6 +22,25 @@ from pathlib import Path
 
 MODEL_TYPE = "llada2_moe"
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise for any model
+DTYPES = ("float32", "bfloat16", "float16")
+
+# what the public reference (configuration_llada2_moe.py) assumes for a key that config.json leaves out
+REFERENCE_DEFAULTS = {"use_bias": True, "use_qkv_bias": False, "use_qk_norm": True, "rms_norm_eps": 1e-5,
+                      "max_position_embeddings": 16384, "rope_theta": 10000.0, "n_group": 8, "topk_group": 4,
+                      "routed_scaling_factor": 2.5, "partial_rotary_factor": 0.5, "first_k_dense_replace": 0,
+                      "num_shared_experts": 0, "tie_word_embeddings": False, "moe_router_enable_expert_bias": True}
+
+# keys that change the computation but that this engine implements for one value only: (allowed, why)
+FIXED = {
+    "hidden_act": (("silu",), "the experts and dense layers are SwiGLU"),
+    "norm_head": ((False,), "a normalised lm_head is not part of LLaDA2.x"),
+    "score_function": (("sigmoid",), "the router scores experts with a sigmoid"),
+    "norm_topk_prob": ((True,), "the router renormalises the chosen experts' weights"),
+    "router_dtype": (("fp32",), "the router runs in fp32"),
+    "use_sliding_window": ((False,), "attention is block-causal over the whole sequence"),
+    "use_rmsnorm": ((True,), "every norm is an RMSNorm"),
+}
+ROPE_TYPES = ("default",)  # rope_scaling: null, or a dict whose rope_type / type is one of these
 
 
 class ConfigError(ValueError):
@@ -46,26 +70,31 @@ class ModelConfig:
     use_qk_norm: bool = True
     max_position_embeddings: int = 32768
     tie_word_embeddings: bool = False
+    use_bias: bool = False  # attention.dense has a bias (the reference's default when the key is absent: true)
+    use_qkv_bias: bool = False  # attention.query_key_value has a bias
+    moe_router_enable_expert_bias: bool = True  # the router has an expert_bias that steers the selection
+    dtype: str | None = None  # the dtype the weights were saved in ("bfloat16" for LLaDA2.1)
     model_type: str = MODEL_TYPE
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+            if self.head_dim < 1:
+                raise ConfigError(f"config key 'hidden_size' ({self.hidden_size}) is smaller than "
+                                  f"num_attention_heads ({self.num_attention_heads}): give head_dim")
         self._validate()
 
     def _validate(self) -> None:
-        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "head_dim", "max_position_embeddings")
-        for key in positive:
-            if int(getattr(self, key)) <= 0:
-                raise ConfigError(f"config key '{key}' must be a positive integer, got {getattr(self, key)!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                               f"num_key_value_heads ({self.num_key_value_heads})")
         if not 0.0 < self.partial_rotary_factor <= 1.0:
             raise ConfigError(f"partial_rotary_factor must be in (0, 1], got {self.partial_rotary_factor}")
-        if self.rotary_dim % 2:
-            raise ConfigError(f"rotary dim head_dim*partial_rotary_factor = {self.rotary_dim} must be even")
+        if self.rotary_dim < 2 or self.rotary_dim % 2:
+            raise ConfigError(f"rotary dim head_dim*partial_rotary_factor = {self.rotary_dim} must be even and >= 2")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError(f"config key 'dtype' must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.has_moe:
             self._validate_moe()
 
@@ -92,6 +121,20 @@ class ModelConfig:
     def is_moe_layer(self, layer: int) -> bool:
         return layer >= self.first_k_dense_replace
 
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by part, from the sizes alone (exact Python ints, nothing is allocated)."""
+        H, D, L = self.hidden_size, self.head_dim, self.num_hidden_layers
+        moe = max(L - self.first_k_dense_replace, 0)
+        qkv = (self.num_attention_heads + 2 * self.num_key_value_heads) * D
+        attention = H * qkv + self.num_attention_heads * D * H + qkv * self.use_qkv_bias + H * self.use_bias
+        return {"embeddings": self.vocab_size * H,
+                "lm_head": 0 if self.tie_word_embeddings else self.vocab_size * H,
+                "attention": L * (attention + 2 * D * self.use_qk_norm + 2 * H) + H,
+                "dense_mlp": (L - moe) * 3 * H * self.intermediate_size,
+                "routed_experts": moe * self.num_experts * 3 * H * self.moe_intermediate_size,
+                "shared_experts": moe * 3 * H * self.moe_intermediate_size * self.num_shared_experts,
+                "router": moe * self.num_experts * (H + self.moe_router_enable_expert_bias)}
+
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config.json") -> "ModelConfig":
         if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
@@ -102,33 +145,78 @@ class ModelConfig:
         missing = [n for n in required if raw.get(n) is None]
         if missing:
             raise ConfigError(f"{source}: missing required key(s) {', '.join(missing)}")
-        values = {k: v for k, v in raw.items() if k in known and v is not None}
-        if values.get("num_shared_experts") is None:
-            values["num_shared_experts"] = 0
+        _check_fixed(raw, source)
+        values = REFERENCE_DEFAULTS | {k: v for k, v in raw.items() if k in known and v is not None}
+        values["dtype"] = raw.get("dtype") or raw.get("torch_dtype")
         try:
             return cls(**values)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"{source}: invalid value ({err})") from None
 
     @classmethod
     def from_json(cls, path: str | Path) -> "ModelConfig":
-        path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: file not found (a model directory needs config.json)") from None
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: not valid JSON ({err})") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a JSON object")
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_json(path), source=str(path))
 
     def to_dict(self) -> dict:
+        """Every key the public reference code reads, so that it loads what this engine writes."""
         out = asdict(self)
-        out["architectures"] = ["LLaDA2MoeModelLM"]
+        out |= {key: allowed[0] for key, (allowed, _) in FIXED.items()}
+        out |= {"rope_scaling": None, "architectures": ["LLaDA2MoeModelLM"]}
+        if self.dtype is None:
+            del out["dtype"]
         return out
+
+
+def read_json(path: str | Path) -> dict:
+    """A config file as a dict; ConfigError naming the file when it is missing, not JSON or not an object."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found (a model directory needs config.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return raw
+
+
+_POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "intermediate_size", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+             "max_position_embeddings", "n_group", "topk_group")
+_NON_NEGATIVE = ("first_k_dense_replace", "num_shared_experts")
+_FLOATS = ("partial_rotary_factor", "rope_theta", "routed_scaling_factor", "rms_norm_eps")
+_BOOLS = ("use_qk_norm", "tie_word_embeddings", "use_bias", "use_qkv_bias", "moe_router_enable_expert_bias")
+
+
+def _check_types(cfg: ModelConfig) -> None:
+    """Every value has its type and sign before any arithmetic uses it."""
+    for key in _POSITIVE + ("head_dim",) * (cfg.head_dim is not None):
+        _check_int(f"config key '{key}'", getattr(cfg, key), 1, ConfigError)
+    for key in _NON_NEGATIVE:
+        _check_int(f"config key '{key}'", getattr(cfg, key), 0, ConfigError)
+    for key in _FLOATS:
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"config key '{key}' must be a positive finite number, got {value!r}")
+    for key in _BOOLS:
+        if not isinstance(getattr(cfg, key), bool):
+            raise ConfigError(f"config key '{key}' must be true or false, got {getattr(cfg, key)!r}")
+
+
+def _check_fixed(raw: dict, source: str) -> None:
+    """Refuse a key whose value changes the computation in a way this engine does not implement."""
+    for key, (allowed, why) in FIXED.items():
+        if key in raw and raw[key] is not None and not any(raw[key] == a and type(raw[key]) is type(a)
+                                                          for a in allowed):
+            raise ConfigError(f"{source}: config key '{key}' is {raw[key]!r}; this engine supports only "
+                              f"{' or '.join(json.dumps(a) for a in allowed)} ({why})")
+    scaling = raw.get("rope_scaling")
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+        if kind not in ROPE_TYPES:
+            raise ConfigError(f"{source}: config key 'rope_scaling' is {scaling!r}; this engine supports only "
+                              f"null or rope_type 'default' (plain RoPE with rope_theta)")
 
 
 @dataclass(frozen=True)
@@ -182,10 +270,10 @@ def _check_range(name: str, value, low: float, high: float, low_open: bool = Fal
         raise ValueError(f"{name} must be a number in {bracket}{low}, {high}], got {value!r}")
 
 
-def _check_int(name: str, value, low: int) -> None:
+def _check_int(name: str, value, low: int, error: type[Exception] = ValueError) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         kind = "a positive integer" if low == 1 else f"an integer >= {low}"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
+        raise error(f"{name} must be {kind}, got {value!r}")
 
 
 def padded_length(prompt_length: int, gen_length: int, block_length: int) -> int:

@@ -98,10 +98,10 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         qkv_out = (self.n_head + 2 * self.n_kv) * self.head_dim
-        self.query_key_value = nn.Linear(cfg.hidden_size, qkv_out, bias=False)
+        self.query_key_value = nn.Linear(cfg.hidden_size, qkv_out, bias=cfg.use_qkv_bias)
         self.query_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.use_qk_norm else nn.Identity()
         self.key_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.use_qk_norm else nn.Identity()
-        self.dense = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=False)
+        self.dense = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=cfg.use_bias)
 
     def forward(self, x, cos, sin, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
         B, T, _ = x.shape
@@ -134,14 +134,15 @@ class Router(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(cfg.num_experts, cfg.hidden_size))
-        self.register_buffer("expert_bias", torch.zeros(cfg.num_experts))
+        bias = torch.zeros(cfg.num_experts) if cfg.moe_router_enable_expert_bias else None
+        self.register_buffer("expert_bias", bias)  # None: selection uses the plain scores
         self.top_k, self.n_group, self.topk_group = cfg.num_experts_per_tok, cfg.n_group, cfg.topk_group
         self.scale = cfg.routed_scaling_factor
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h (T, H) -> expert ids (T, K) and combine weights (T, K) fp32."""
         scores = torch.sigmoid(F.linear(h.float(), self.weight.float()))  # (T, E)
-        biased = scores + self.expert_bias.float()
+        biased = scores if self.expert_bias is None else scores + self.expert_bias.float()
         T, E = biased.shape
         grouped = biased.view(T, self.n_group, E // self.n_group)
         group_score = grouped.topk(2, dim=-1).values.sum(-1)  # (T, n_group)
@@ -216,7 +217,10 @@ class LLaDA2MoE(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        weight = torch.empty(cfg.vocab_size, cfg.hidden_size)  # (V, H)
+        self.word_embeddings = nn.Embedding.from_pretrained(weight, freeze=False)
+        if not weight.is_meta:  # on `meta` there are no values to draw (and normal_ there imports ~150 MB)
+            self.word_embeddings.reset_parameters()
         self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -239,7 +243,7 @@ class LLaDA2MoE(nn.Module):
         for name, t in [*self.named_parameters(), *self.named_buffers()]:
             if name.endswith("norm.weight"):
                 t.fill_(1.0)
-            elif name.endswith("expert_bias"):
+            elif name.endswith(("expert_bias", ".bias")):
                 t.zero_()
             elif name.endswith(("dense.weight", "down_proj.weight", "w2")):
                 t.normal_(0.0, out_std, generator=gen)

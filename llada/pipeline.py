@@ -9,18 +9,25 @@
 
 Modes come from `llada.presets`: the official table, overridden by the model's own presets.json;
 a named mode sets the settings it names and explicit settings override them (`config`).
+
+Special ids, first found wins: an explicit argument; the tokenizer's declared tokens (mask token,
+EOS token); generation_config.json; config.json (`mask_token_id`; `eos_token_id`, then
+`pad_token_id`, which LLaDA2.x sets to EOS); then the documented LLaDA2.x ids (mask 156895, EOS
+156892) with a `DefaultIdWarning`. An id that is not an integer inside the vocabulary is a
+`CheckpointError` naming where it came from; nothing falls back silently.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from .checkpoint import CheckpointError, load_model
+from .checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
 from .decode import decode, generate
 from .model import LLaDA2MoE
@@ -29,6 +36,12 @@ from .tokenizer import Tokenizer, load_tokenizer
 from .trace import StepRecord, Trace
 
 MASK_TEXT, EOS_TEXT = "[MASK]", "<|endoftext|>"
+LLADA2_IDS = {"mask": 156895, "EOS": 156892}  # the LLaDA2.x tokenizer's <|mask|> and <|endoftext|> (model card)
+GENERATION_CONFIG = "generation_config.json"
+
+
+class DefaultIdWarning(UserWarning):
+    """A special id was taken from the LLaDA2.x defaults because the directory names none."""
 
 
 @dataclass
@@ -42,24 +55,25 @@ class Pipeline:
     path: Path | None = None
 
     @classmethod
-    def load(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu",
-             mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None) -> "Pipeline":
-        """quantize: None, "fp8" (routed experts) or "fp8-dense" (experts and the layers' linears)."""
+    def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
+             mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
+             progress: bool = False) -> "Pipeline":
+        """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.memory`).
+
+        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears)."""
         root = Path(path)
-        model = load_model(root, dtype=dtype, device=device)
-        if quantize:
-            _quantize(model, quantize)
-        tokenizer = load_tokenizer(root)
-        raw = json.loads((root / "config.json").read_text())
-        mask = mask_id if mask_id is not None else _mask_id(raw, tokenizer, model.config.vocab_size)
-        eos = eos_id if eos_id is not None else _eos_id(raw, tokenizer, root)
-        for name, value in (("mask id", mask), ("EOS id", eos)):
-            if not 0 <= value < model.config.vocab_size:
-                raise CheckpointError(f"{root}: {name} {value} is outside the vocabulary [0, {model.config.vocab_size})")
+        _, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
             presets = load_presets(root)
         except PresetError as err:
             raise CheckpointError(str(err)) from None
+        tokenizer = load_tokenizer(root)
+        vocab = raw["vocab_size"]
+        mask = special_id("mask", mask_id, root, raw, tokenizer, vocab)
+        eos = special_id("EOS", eos_id, root, raw, tokenizer, vocab)
+        if mask == eos:
+            raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
+        model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
         return cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
 
     def config(self, mode: str = "S", **explicit) -> DecodeConfig:
@@ -106,28 +120,51 @@ class Pipeline:
         return trace
 
 
-def _quantize(model: LLaDA2MoE, scheme: str) -> None:
-    if scheme not in ("fp8", "fp8-dense"):
-        raise ValueError(f"unknown quantization {scheme!r}; choose fp8 or fp8-dense")
-    from .quantize import quantize_model_fp8  # imports the kernels only when asked for
+def special_id(kind: str, given: int | None, root: Path, raw: dict, tokenizer: Tokenizer | None, vocab: int) -> int:
+    """The mask or EOS id of a directory (see the module docstring for the order)."""
+    for source, value in _id_sources(kind, given, root, raw, tokenizer):
+        if value is None:
+            continue
+        if isinstance(value, list) and value and kind == "EOS":
+            value = value[0]  # several EOS ids: the decoder stops at the first one listed
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CheckpointError(f"{source}: the {kind} id must be an integer token id, got {value!r}")
+        if not 0 <= value < vocab:
+            raise CheckpointError(f"{source}: {kind} id {value} is outside the vocabulary [0, {vocab})")
+        return value
+    default = LLADA2_IDS[kind]
+    if not 0 <= default < vocab:
+        raise CheckpointError(f"{root}: no {kind} id: the directory names none (tokenizer, {GENERATION_CONFIG}, "
+                              f"config.json) and the LLaDA2.x default {default} is outside the vocabulary "
+                              f"[0, {vocab}); give it explicitly (--{kind.lower()}-id)")
+    warnings.warn(f"{root}: no {kind} id in the tokenizer, {GENERATION_CONFIG} or config.json; "
+                  f"using the LLaDA2.x default {default}", DefaultIdWarning, stacklevel=3)
+    return default
 
-    quantize_model_fp8(model, dense=scheme == "fp8-dense")
+
+def _id_sources(kind: str, given, root: Path, raw: dict, tokenizer: Tokenizer | None):
+    """(where, value) pairs in priority order; value None when that source names nothing."""
+    generation = _generation_config(root)
+    yield f"{root}: the {kind} id given explicitly", given
+    if kind == "mask":
+        yield f"{root}: the tokenizer's mask token", tokenizer.mask_id if tokenizer else None
+        yield f"{root / GENERATION_CONFIG}: mask_token_id", generation.get("mask_token_id")
+        yield f"{root / 'config.json'}: mask_token_id", raw.get("mask_token_id")
+    else:
+        yield f"{root}: the tokenizer's EOS token", tokenizer.eos_id if tokenizer else None
+        yield f"{root / GENERATION_CONFIG}: eos_token_id", generation.get("eos_token_id")
+        yield f"{root / 'config.json'}: eos_token_id", raw.get("eos_token_id")
+        yield f"{root / 'config.json'}: pad_token_id", raw.get("pad_token_id")
 
 
-def _mask_id(raw: dict, tokenizer: Tokenizer | None, vocab: int) -> int:
-    """config's mask_token_id, else the tokenizer's <|mask|>, else the last vocabulary id."""
-    if raw.get("mask_token_id") is not None:
-        return int(raw["mask_token_id"])
-    if tokenizer is not None and tokenizer.mask_id is not None:
-        return tokenizer.mask_id
-    return vocab - 1
-
-
-def _eos_id(raw: dict, tokenizer: Tokenizer | None, root: Path) -> int:
-    for key in ("eos_token_id", "pad_token_id"):
-        if isinstance(raw.get(key), int):
-            return raw[key]
-    if tokenizer is not None and tokenizer.eos_id is not None:
-        return tokenizer.eos_id
-    raise CheckpointError(f"{root / 'config.json'}: no eos_token_id or pad_token_id, and no tokenizer names EOS; "
-                          "pass the EOS id explicitly")
+def _generation_config(root: Path) -> dict:
+    path = root / GENERATION_CONFIG
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return raw

@@ -37,6 +37,17 @@ class FP8Experts(nn.Module):
     def from_experts(cls, experts: Experts, impl: str = "auto") -> "FP8Experts":
         return cls(experts.w13, experts.w2, impl)
 
+    @classmethod
+    def from_quantized(cls, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+                       impl: str = "auto") -> "FP8Experts":
+        """Wrap fp8 weights and tile scales quantized elsewhere (e.g. expert by expert while loading)."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.impl = impl
+        for name, t in (("w13", w13), ("w13_scale", w13_scale), ("w2", w2), ("w2_scale", w2_scale)):
+            self.register_buffer(name, t)
+        return self
+
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         return kernels.fused_moe_fp8(x, self.w13, self.w13_scale, self.w2, self.w2_scale, ids, weights,
                                      impl=self.impl)

@@ -1,11 +1,15 @@
-"""Tokenizers of model directories, through `transformers.AutoTokenizer`.
+"""Tokenizers of model directories, through `transformers.AutoTokenizer`, never with remote code.
 
 Chat models (a chat template in tokenizer_config.json) get their prompt wrapped as one user turn;
-models without a template take plain text. Mask and EOS tokens are found by name.
+models without a template take plain text. The mask token is the one the tokenizer declares
+(`mask_token`), else an added token with a mask name (`<|mask|>` in LLaDA2.x); EOS is the declared
+`eos_token`. Real LLaDA2.x configs carry an `auto_map` to remote code: `trust_remote_code=False`
+makes transformers use the tokenizer files alone and never ask on stdin.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 MASK_TOKENS = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>")
@@ -18,7 +22,8 @@ class Tokenizer:
     def __init__(self, hf):
         self.hf = hf
         self.eos_id = hf.eos_token_id
-        self.mask_id = next((i for i in (hf.convert_tokens_to_ids(t) for t in MASK_TOKENS)
+        declared = (hf.mask_token,) if getattr(hf, "mask_token", None) else ()
+        self.mask_id = next((i for i in (hf.convert_tokens_to_ids(t) for t in (*declared, *MASK_TOKENS))
                              if isinstance(i, int) and i != hf.unk_token_id), None)
 
     @property
@@ -79,7 +84,9 @@ def load_tokenizer(root: str | Path) -> Tokenizer | None:
 
     hf_logging.set_verbosity_error()  # config.json's model_type is unknown to transformers, by design
     try:
-        return Tokenizer(AutoTokenizer.from_pretrained(str(root)))
+        with warnings.catch_warnings():  # transformers parses config.json and warns about its legacy keys
+            warnings.simplefilter("ignore", FutureWarning)
+            return Tokenizer(AutoTokenizer.from_pretrained(str(root), trust_remote_code=False))
     except (OSError, ValueError, KeyError, TypeError) as err:
         from .checkpoint import CheckpointError
 

@@ -95,6 +95,15 @@ def make_tiny_model_dir(out: Path, seed: int = 0, **overrides) -> Path:
 
 
 @pytest.fixture(scope="session")
+def replica_dir(tmp_path_factory) -> Path:
+    """LLaDA2.1-mini scaled down in the real format (llada.replica): published config keys, sharded bf16
+    with per-expert names and an index, vocab 157184 with <|endoftext|> 156892 and <|mask|> 156895, Ling template."""
+    from llada.replica import write_replica
+
+    return write_replica(tmp_path_factory.mktemp("replica") / "LLaDA2.1-mini", "tiny")
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A random LLaDA2 MoE checkpoint (Hugging Face layout) with a real BPE tokenizer."""
     return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))

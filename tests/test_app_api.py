@@ -23,8 +23,9 @@ def test_endpoints_follow_the_contract(client):
     named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert {"/generate", "/compare", "/trace"} <= set(named)
     params = [p["parameter_name"] for p in named["/generate"]["parameters"]]
-    assert params == ["prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length"]
-    assert [p["parameter_name"] for p in named["/compare"]["parameters"]] == ["prompt", "block_length", "gen_length"]
+    assert params == ["prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model"]
+    assert [p["parameter_name"] for p in named["/compare"]["parameters"]] == ["prompt", "block_length", "gen_length",
+                                                                              "model"]
 
 
 def test_the_api_pages_examples_run_when_copied(client):

@@ -1,13 +1,15 @@
-"""A model directory with a real tokenizer: text in, text out, presets from the directory."""
+"""A model directory with a real tokenizer: text in, text out, presets and special ids from the directory."""
 
 import json
+import shutil
+import warnings
 
 import torch
 
 import pytest
 
 from llada.checkpoint import CheckpointError
-from llada.pipeline import Pipeline
+from llada.pipeline import DefaultIdWarning, Pipeline
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +53,69 @@ def test_model_presets_override_the_official_ones(tiny_model_dir, tmp_path):
 
 
 def test_text_prompt_without_tokenizer(fixture_dir):
-    p = Pipeline.load(fixture_dir)
-    assert (p.mask_id, p.eos_id) == (258, 257)  # last vocabulary id; pad_token_id
+    with pytest.raises(CheckpointError, match=r"no mask id: .* default 156895 is outside the vocabulary \[0, 259\); "
+                                              r"give it explicitly \(--mask-id\)"):
+        Pipeline.load(fixture_dir)  # no tokenizer and no mask_token_id: never a silent vocab_size-1
+    p = Pipeline.load(fixture_dir, mask_id=258)
+    assert (p.mask_id, p.eos_id) == (258, 257)  # given; config.json's pad_token_id (LLaDA2.x pads with EOS)
     with pytest.raises(ValueError, match="has no tokenizer"):
         p.encode("hello")
+
+
+def test_default_dtype_is_fp32_on_the_cpu_for_small_models(tiny_model_dir):
+    assert Pipeline.load(tiny_model_dir).model.dtype == torch.float32
+    assert Pipeline.load(tiny_model_dir, dtype=torch.bfloat16).model.dtype == torch.bfloat16
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        data.pop(key)
+    path.write_text(json.dumps(data))
+
+
+def test_special_ids_the_tokenizer_declares_come_first(tiny_model_dir, tmp_path):
+    d = _copy(tiny_model_dir, tmp_path / "m")
+    hf = Pipeline.load(d).tokenizer.hf
+    _edit_json(d / "config.json", mask_token_id=5, eos_token_id=6)
+    _edit_json(d / "generation_config.json", mask_token_id=7, eos_token_id=8)
+    p = Pipeline.load(d)
+    assert (p.mask_id, p.eos_id) == (hf.convert_tokens_to_ids("<|mask|>"), hf.eos_token_id)
+
+
+def test_special_ids_without_a_tokenizer_follow_the_files(fixture_dir, tmp_path):
+    d = _copy(fixture_dir, tmp_path / "m")
+    _edit_json(d / "config.json", mask_token_id=200, eos_token_id=201)  # pad_token_id 257 stays
+    _edit_json(d / "generation_config.json", eos_token_id=[202, 203])
+    p = Pipeline.load(d)
+    assert (p.mask_id, p.eos_id) == (200, 202)  # generation_config.json before config.json; a list: its first
+    (d / "generation_config.json").unlink()
+    assert Pipeline.load(d).eos_id == 201  # config.json's eos_token_id before its pad_token_id
+    _edit_json(d / "config.json", mask_token_id=259)
+    with pytest.raises(CheckpointError, match=r"config.json: mask_token_id: mask id 259 is outside the vocabulary"):
+        Pipeline.load(d)
+    with pytest.raises(CheckpointError, match=r"given explicitly: EOS id -1 is outside the vocabulary"):
+        Pipeline.load(d, mask_id=3, eos_id=-1)
+
+
+def test_the_llada2_defaults_come_last_with_a_warning(replica_dir, tmp_path):
+    d = _copy(replica_dir, tmp_path / "m")
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        (d / name).unlink()
+    _edit_json(d / "config.json", pad_token_id=None)
+    with pytest.warns(DefaultIdWarning) as caught:
+        p = Pipeline.load(d)
+    assert (p.mask_id, p.eos_id) == (156895, 156892)
+    assert {"mask", "EOS"} == {str(w.message).split("no ")[1].split(" id")[0] for w in caught}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DefaultIdWarning)
+        Pipeline.load(d, mask_id=156895, eos_id=156892)  # given explicitly: no default, no warning
 
 
 def test_fp8_load_quantizes_the_experts_once(tiny_model_dir):

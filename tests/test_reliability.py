@@ -25,7 +25,7 @@ from ui import runs  # noqa: E402
 from ui_helpers import launch_app  # noqa: E402
 
 PROMPT = "def add(a, b):"
-OK = (PROMPT, "Q", None, None, False, 8, 16)  # prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length
+OK = (PROMPT, "Q", None, None, False, 8, 16, "")  # prompt, mode, tau_mask, tau_edit, mbe, block, gen, model
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +55,14 @@ MALFORMED = [  # (generate arguments, the field the message must name)
     *[(_with(4, v), "mbe") for v in ("false", "true", 1, 0, None, "yes")],
     *[(_with(5, v), "block_length") for v in (0, 3, 999, 8.5, "8", float("inf"), -8, True)],
     *[(_with(6, v), "gen_length") for v in (0, 5000, 12.5, "16", float("inf"), None, -16, 10**30)],
+    *[(_with(7, v), "model") for v in ("nonexistent", 3, ["x"], "tiny")],
 ]
-COMPARE_OK = (PROMPT, 8, 8)
+COMPARE_OK = (PROMPT, 8, 8, "")
 MALFORMED_COMPARE = [  # (compare arguments, the field the message must name)
-    *[((v, 8, 8), "prompt") for v in (None, 7, ["x"], "", "\u2060", "\udfff")],
-    *[((PROMPT, v, 8), "block_length") for v in (0, "8", 2.5, float("nan"), False)],
-    *[((PROMPT, 8, v), "gen_length") for v in (-1, 2000, "8", float("inf"), [8])],
+    *[((v, 8, 8, ""), "prompt") for v in (None, 7, ["x"], "", "\u2060", "\udfff")],
+    *[((PROMPT, v, 8, ""), "block_length") for v in (0, "8", 2.5, float("nan"), False)],
+    *[((PROMPT, 8, v, ""), "gen_length") for v in (-1, 2000, "8", float("inf"), [8])],
+    *[((PROMPT, 8, 8, v), "model") for v in ("nope", 1.5)],
 ]
 
 
@@ -99,7 +101,7 @@ def test_concurrent_sessions_each_get_their_own_trace(app):
     def session(i: int) -> None:
         try:
             c = gradio_client.Client(app, verbose=False)
-            c.predict(f"def f{i}(x):", "S", None, None, False, 8, 16, api_name="/generate")
+            c.predict(f"def f{i}(x):", "S", None, None, False, 8, 16, api_name="/generate")  # model: default
             results[i] = c.predict(api_name="/trace")["prompt"]
         except Exception as err:  # noqa: BLE001 - reported below
             errors.append(repr(err))
@@ -147,7 +149,7 @@ def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app,
 def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=5000, seconds=60.0))
     base = app.rstrip("/") + "/gradio_api/call/generate"
-    event = httpx.post(base, json={"data": [PROMPT, "Custom", 1.0, 0.0, True, 4, 1000]}, timeout=30).json()
+    event = httpx.post(base, json={"data": [PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, ""]}, timeout=30).json()
     with httpx.stream("GET", f"{base}/{event['event_id']}", timeout=30) as stream:
         for line in stream.iter_lines():
             if line.startswith("event: generating"):

@@ -1,10 +1,17 @@
-"""Which checkpoints the playground offers: local directories, and preloaded hub snapshots on a GPU."""
+"""Which checkpoints the playground offers, by name, and why the others are not: local directories, preloaded
+hub snapshots, broken models, models too big for the machine, resident loading and ZeroGPU slots."""
 
+import json
 import shutil
 
 import pytest
 
+from llada.replica import replica_config
+from ui import handlers
 from ui import models as m
+
+GIB = 2**30
+CPU16 = m.Runtime("cpu", "cpu", room=16 * GIB)  # a CPU Space with 16 GiB
 
 
 def _fake_hub_cache(root, repo, source):
@@ -17,6 +24,11 @@ def _fake_hub_cache(root, repo, source):
     return base / "snapshots" / rev
 
 
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
 def test_preloaded_repos_come_from_spaces_yaml(tmp_path):
     f = tmp_path / "spaces.yaml"
     f.write_text("sdk: gradio\npreload_from_hub:\n  - org/model config.json,model.safetensors\n  - org/other\n")
@@ -24,20 +36,132 @@ def test_preloaded_repos_come_from_spaces_yaml(tmp_path):
     assert m.preloaded_repos(tmp_path / "none.yaml") == []
 
 
-def test_hub_snapshots_are_found_locally_and_never_downloaded(tmp_path, tiny_model_dir, monkeypatch):
+def test_hub_snapshots_are_found_locally_named_by_repo_and_never_downloaded(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     import huggingface_hub.constants as c
 
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
     snap = _fake_hub_cache(tmp_path, "org/model", tiny_model_dir)
-    assert m.hub_snapshots(["org/model", "org/absent"]) == [str(snap)]
-
-
-@pytest.mark.parametrize("gpu", [True, False])
-def test_hub_models_are_offered_only_with_a_gpu(monkeypatch, tmp_path, gpu):
-    monkeypatch.setattr(m, "has_gpu", lambda: gpu)
+    assert m.hub_snapshots(["org/model", "org/absent"]) == [("org/model", str(snap))]
     monkeypatch.setattr(m, "preloaded_repos", lambda: ["org/model"])
-    monkeypatch.setattr(m, "hub_snapshots", lambda repos: [str(tmp_path)])
-    dirs = m.model_dirs([], env="", default=None)
-    assert (str(tmp_path) in dirs) is gpu
+    dirs = m.model_dirs([str(tiny_model_dir), str(tiny_model_dir)], env="", default=None)
+    assert dirs == [str(tiny_model_dir), ("org/model", str(snap))]  # duplicates once, hub models by repo
+    offered = m.Models(dirs, rt=CPU16)
+    assert offered.choices() == [("tiny-random", str(tiny_model_dir)), ("org/model", str(snap))]
+
+
+def test_names_are_unique(tiny_model_dir, tmp_path):
+    second = _copy(tiny_model_dir, tmp_path / "again")
+    models = m.Models([str(tiny_model_dir), second], rt=CPU16)
+    assert models.names() == ["tiny-random", "tiny-random (2)"]
+    assert models.path_of("tiny-random (2)") == second
+
+
+def test_a_model_that_does_not_fit_is_not_offered_and_says_why(tmp_path, tiny_model_dir):
+    """The mini on a 16 GiB CPU Space: refused from its config.json alone, before any weight is read."""
+    mini = tmp_path / "mini"
+    mini.mkdir()
+    (mini / "config.json").write_text(json.dumps(replica_config("mini")))  # no weights at all
+    models = m.Models([("inclusionAI/LLaDA2.1-mini", str(mini)), str(tiny_model_dir)], rt=CPU16)
+    assert models.names() == ["tiny-random"]
+    (withheld,) = models.withheld
+    assert withheld.name == "inclusionAI/LLaDA2.1-mini"
+    assert "not offered on this CPU machine: the weights need 30.3 GiB in bfloat16 but cpu has 16.0 GiB" in withheld.reason
+    assert "inclusionAI/LLaDA2.1-mini: not offered" in models.note()
+    with pytest.raises(ValueError, match="model 'inclusionAI/LLaDA2.1-mini' is not offered: .*30.3 GiB"):
+        models.path_of("inclusionAI/LLaDA2.1-mini")
+    big = m.Models([("inclusionAI/LLaDA2.1-mini", str(mini))], rt=m.Runtime("cpu", "cpu", room=64 * GIB))
+    assert big.names() == ["inclusionAI/LLaDA2.1-mini"]  # a CPU machine with the memory offers it (bf16)
+    assert big.offered[0].note.startswith("bfloat16, 16.26 B parameters")
+
+
+def test_models_share_the_room(tmp_path, tiny_model_dir):
+    import torch
+
+    from llada import memory
+    from llada.checkpoint import read_config
+
+    need = memory.weight_bytes(read_config(tiny_model_dir)[0], torch.float32)
+    room = m.Runtime("cpu", "cpu", room=memory.HEADROOM + need + need // 2)  # room for one, not two
+    models = m.Models([str(tiny_model_dir), _copy(tiny_model_dir, tmp_path / "b")], rt=room)
+    assert models.names() == ["tiny-random"] and "GiB" in models.withheld[0].reason
+
+
+@pytest.mark.parametrize("breakage, words", [
+    (lambda d: (d / "presets.json").write_text('{"S": {"threshold": 3}}'), "presets.json: mode S: threshold"),
+    (lambda d: (d / "config.json").write_text('{"model_type": "llada2_moe"}'), "config.json: missing required key"),
+])
+def test_a_broken_default_model_never_stops_the_app(tmp_path, tiny_model_dir, breakage, words):
+    from ui.layout import build_demo
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    breakage(bad)
+    models = m.Models([str(bad), str(tiny_model_dir)], rt=CPU16)
+    assert models.default == str(tiny_model_dir) and words in models.note()
+    demo = build_demo(models, recordings={})
+    selector = next(c for c in demo.blocks.values() if getattr(c, "elem_id", None) == "model")
+    assert words in selector.info  # the reason is on screen, under the model selector
+    alone = m.Models([str(bad)], rt=CPU16)
+    build_demo(alone, recordings={})  # nothing offered: the app still starts
+    with pytest.raises(ValueError, match=f"no model is offered: bad: .*{words}"):
+        alone.get(None)
+
+
+def test_weights_that_fail_to_load_show_on_screen_and_withhold_the_model(tmp_path, tiny_model_dir):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    (bad / "model.safetensors").write_bytes(b"\0" * 64)
+    models = m.Models([str(bad), str(tiny_model_dir)], rt=CPU16)
+    assert models.default == str(bad)  # config and presets are fine: offered until it is loaded
+    frames = list(handlers.generate_ui(models, str(bad), "def add(", "S", 0.5, True, 0.0, False, 1, 8, 8, 4, 0.0,
+                                       0, False))
+    assert "cannot read safetensors file" in frames[0].error and "model.safetensors" in frames[0].error
+    models.load_resident()  # ZeroGPU's start: the broken one is withheld, the others are loaded
+    assert models.names() == ["tiny-random (2)"] and "tiny-random: failed to load" in models.note()
+
+
+def test_path_of_accepts_only_offered_names(tiny_model_dir):
+    models = m.Models([str(tiny_model_dir)], rt=CPU16)
+    assert models.path_of("tiny-random") == str(tiny_model_dir)
+    assert models.path_of("") is None and models.path_of(None) is None  # the default
+    with pytest.raises(ValueError, match="unknown model '/etc'; choose one of: tiny-random"):
+        models.path_of("/etc")
+    assert models.get("tiny-random").name == "tiny-random"
+
+
+def test_gpu_slots_are_sized_from_the_request():
+    short, long = m.gpu_seconds(32, 32), m.gpu_seconds(512, 32)
+    assert m.GPU_SECONDS[0] <= short < long <= m.GPU_SECONDS[1]
+    assert m.gpu_seconds(128, 32, runs=2) > m.gpu_seconds(128, 32)
+    assert m.gpu_seconds(10**6, 4) == m.GPU_SECONDS[1] and m.gpu_seconds("x", None) == m.GPU_SECONDS[0]
+
+
+def test_zerogpu_is_read_from_the_environment_without_touching_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA touched before spaces"))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert m.runtime() == m.Runtime("zerogpu", "cuda", m.ZEROGPU_ROOM)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert m.runtime().kind == "cpu"  # a CPU Space: `spaces` is installed there too, but it is not ZeroGPU
+
+
+def test_on_gpu_wraps_only_on_zerogpu(monkeypatch):
+    import sys
+    import types
+
+    calls = []
+    fake = types.ModuleType("spaces")
+    fake.GPU = lambda fn, duration=60: calls.append(duration) or fn
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+
+    def handler(gen, block):
+        yield gen
+
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert m.on_gpu(handler, seconds=lambda g, b: m.gpu_seconds(g, b)) is handler and calls == []
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")
+    m.on_gpu(seconds=lambda g, b: m.gpu_seconds(g, b))(handler)
+    assert callable(calls[0]) and calls[0](64, 32) == m.gpu_seconds(64, 32)

@@ -55,11 +55,12 @@ def free_port() -> int:
 
 
 def launch_app(model_dir, recordings: dict | None = None):
-    """The playground on `model_dir`, served in this process on a free port; returns (demo, url)."""
+    """The playground on `model_dir` (or a `Models`), served in this process on a free port; returns (demo, url)."""
     from ui.layout import build_demo
     from ui.models import Models
 
-    demo = build_demo(Models([str(model_dir)]), recordings=recordings or {})
+    models = model_dir if isinstance(model_dir, Models) else Models([str(model_dir)])
+    demo = build_demo(models, recordings=recordings or {})
     port = free_port()
     demo.queue(max_size=16, default_concurrency_limit=8).launch(
         server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css_paths=[CSS])

@@ -21,13 +21,14 @@ def refused(err: Exception) -> gr.Error:
     return gr.Error(str(err), print_exception=False)
 
 
-def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
+def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
     """Streams (text so far, stats); the last update is the final text and the run's stats.
 
-    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it."""
+    A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it.
+    model: an offered model's name (empty or null: the default model)."""
     try:
         req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
-        run = start(models.get(None), req)
+        run = start(models.get(models.path_of(model)), req)
     except REFUSED as err:
         raise refused(err) from None
     except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
@@ -56,10 +57,11 @@ def api_stats(trace: Trace) -> dict:
     return {k: values[k] for k in keys} | {"status": trace.status, "note": trace.note}
 
 
-def compare_api(models, prompt, block_length, gen_length) -> dict:
-    """Final stats and text of S and Q on one prompt."""
+def compare_api(models, prompt, block_length, gen_length, model=None) -> dict:
+    """Final stats and text of S and Q on one prompt (block_length null: each mode's own; model: an offered
+    model's name, empty or null: the default)."""
     try:
-        runs = compare_runs(models, None, prompt, block_length, gen_length)
+        runs = compare_runs(models, models.path_of(model), prompt, block_length, gen_length)
         for _ in interleave(runs):
             pass  # interleave closes each run as it ends
     except REFUSED as err:

@@ -84,7 +84,8 @@ def example_list(c: SimpleNamespace) -> gr.Examples:
 
 def settings(c: SimpleNamespace, models) -> None:
     """The settings column: model, thresholds, lengths, and the rest folded away."""
-    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model")
+    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
+                          info=models.note() or None)  # why a candidate is not offered
     c.presets = gr.Markdown(presets_note(models.default), elem_id="presets")
     s = preset_values(presets_of(models.default), "S")
     c.tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",

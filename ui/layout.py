@@ -17,7 +17,7 @@ import gradio as gr
 from . import api, canvas, compare, controls, handlers, learn, tables
 from .events import DECODE, PRIVATE, REPLAY
 from .live import FOLLOW_JS, PATCHER_JS, canvas_script
-from .models import Models, on_gpu
+from .models import Models, gpu_seconds, on_gpu
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
@@ -112,6 +112,7 @@ def _api_inputs() -> SimpleNamespace:
         a.mbe = _api_input(gr.Checkbox(False, label="mbe"), False)
         a.block_length = _api_input(gr.Number(None, label="block_length"), None)
         a.gen_length = _api_input(gr.Number(32, label="gen_length"), 32)
+        a.model = _api_input(gr.Textbox("", label="model"), "")  # an offered model's name; empty: the default
         a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
         a.generate, a.compare, a.get_trace = gr.Button(), gr.Button(), gr.Button()
     return a
@@ -140,7 +141,7 @@ def _run_outputs(v: SimpleNamespace, trace) -> list:
 
 
 def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, examples: gr.Examples) -> None:
-    @on_gpu
+    @on_gpu(seconds=lambda _m, _p, _mode, _t, _e, _te, _mbe, _w, block, gen, post, *_: gpu_seconds(gen, block, post))
     def run(*args):
         yield from handlers.generate_ui(models, *args)
 
@@ -171,7 +172,7 @@ def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
 
 
 def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error, pair) -> None:
-    @on_gpu
+    @on_gpu(seconds=lambda _m, _p, gen: gpu_seconds(gen, None, runs=2))
     def run(*args):
         yield from compare.compare_ui(models, *args)
 
@@ -184,19 +185,20 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
 
 
 def _wire_api(models: Models, a: SimpleNamespace, trace) -> None:
-    @on_gpu
-    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length):
-        yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length)
+    @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
+    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
+        yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
+                                    model)
 
-    @on_gpu
-    def compare_pair(prompt, block_length, gen_length):
-        return api.compare_api(models, prompt, block_length, gen_length)
+    @on_gpu(seconds=lambda _p, block, gen, *_: gpu_seconds(gen, block, runs=2))
+    def compare_pair(prompt, block_length, gen_length, model=None):
+        return api.compare_api(models, prompt, block_length, gen_length, model)
 
     raw = {"preprocess": False}  # the client's values reach the checks as sent: nothing is coerced
-    inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length]
+    inputs = [a.prompt, a.mode, a.tau_mask, a.tau_edit, a.mbe, a.block_length, a.gen_length, a.model]
     a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **raw, **DECODE)
-    a.compare.click(compare_pair, [a.prompt, a.block_length, a.gen_length], a.result, api_name="compare", **raw,
-                    **DECODE)
+    a.compare.click(compare_pair, [a.prompt, a.block_length, a.gen_length, a.model], a.result, api_name="compare",
+                    **raw, **DECODE)
     a.get_trace.click(api.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
 
 

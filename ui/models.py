@@ -1,37 +1,89 @@
-"""The model directories the playground offers, loaded lazily and shared read-only by every user.
+"""The models the playground offers, by name, and where they live while it runs.
 
-`python app.py` offers `assets/model`, then every `--model DIR`, then the directories of the
-`LLADA_MODELS` environment variable (os.pathsep-separated), then, on a GPU, the Hugging Face
-checkpoints that spaces.yaml's `preload_from_hub` put in the local hub cache (a Space downloads them
-when it is built; nothing is downloaded here). A model is loaded on first use and kept, one
-`Pipeline` per path (bf16 on CUDA, fp32 on CPU); decoding never mutates it, so all sessions share it.
+Candidates, in order: `assets/model`, every `--model DIR`, the directories of `LLADA_MODELS`
+(os.pathsep-separated), then the Hugging Face checkpoints of spaces.yaml's `preload_from_hub` that are
+in the local hub cache (a Space downloads them when it is built; nothing is downloaded here), named by
+their repo id (`inclusionAI/LLaDA2.1-mini`). Every candidate is checked before anything is loaded —
+config.json, presets.json, and whether its weights fit where they would live (estimated from
+config.json by `llada.memory`) — and is either offered or withheld with the reason, shown under the
+model selector. A broken model never stops the app from starting.
+
+Where the models live (`Runtime`):
+
+* a ZeroGPU Space (`SPACES_ZERO_GPU` set; app.py imports `spaces` before anything touches CUDA):
+  every offered model is loaded once, at start, in the main process, in its checkpoint's dtype, and
+  moved to `cuda` — ZeroGPU's pattern: `spaces` keeps the weights and attaches them to a GPU inside
+  each `@spaces.GPU` call, whose duration `gpu_seconds` sizes from the request;
+* a CUDA machine: loaded on first use (the default model in the background at start) onto the GPU;
+* the CPU: the same on the CPU, fp32 for small models; a model that does not fit is not offered.
+
+Loaded models are shared read-only by every session (decoding never mutates them).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "assets" / "model"
 ENV_VAR = "LLADA_MODELS"
 SPACE_FILE = ROOT / "spaces.yaml"
+ZEROGPU_ROOM = 70 * 2**30  # VRAM of one ZeroGPU workload (an H200 slice, huggingface.co/docs/hub/spaces-zerogpu)
+SECONDS_PER_FORWARD = 0.05  # assumed for LLaDA2.1-mini in bf16 on a ZeroGPU slice (not measured here)
+GPU_SECONDS = (15, 120)  # the shortest and longest GPU slot asked for (shorter slots queue first)
 
 
-def model_dirs(cli: list[str] | None = None, env: str | None = None, default: Path | None = DEFAULT_MODEL) -> list[str]:
-    """The offered directories in order, without duplicates (the default first when it exists)."""
+@dataclass(frozen=True)
+class Runtime:
+    kind: str  # "zerogpu", "cuda" or "cpu"
+    device: str  # where the weights are used
+    room: int | None = None  # bytes the models may take there (None: ask the device when needed)
+
+
+@dataclass(frozen=True)
+class Offered:
+    name: str  # what the selector shows and the API's `model` argument takes
+    path: str
+    dtype: object  # torch.dtype the weights load in
+    note: str  # "bfloat16, 16.3 B parameters, 30.4 GiB"
+
+
+@dataclass(frozen=True)
+class Withheld:
+    name: str
+    path: str
+    reason: str
+
+
+def zero_gpu() -> bool:
+    """A ZeroGPU Space: the platform sets SPACES_ZERO_GPU (the `spaces` package is on every Space)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def runtime() -> Runtime:
+    if zero_gpu():
+        return Runtime("zerogpu", "cuda", ZEROGPU_ROOM)  # CUDA is not touched in the main process
+    import torch
+
+    return Runtime("cuda", "cuda") if torch.cuda.is_available() else Runtime("cpu", "cpu")
+
+
+def model_dirs(cli: list[str] | None = None, env: str | None = None,
+               default: Path | None = DEFAULT_MODEL) -> list:
+    """The candidates in order, without duplicates: local paths, then (repo, path) of hub snapshots."""
     env = os.environ.get(ENV_VAR, "") if env is None else env
-    dirs = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
-    dirs += [d for d in env.split(os.pathsep) if d.strip()]
-    if has_gpu():
-        dirs += hub_snapshots(preloaded_repos())
-    seen, out = set(), []
-    for d in dirs:
+    local = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
+    local += [d for d in env.split(os.pathsep) if d.strip()]
+    out, seen = [], set()
+    for name, d in [("", d) for d in local] + hub_snapshots(preloaded_repos()):
         key = str(Path(d).expanduser().resolve())
         if key not in seen:
             seen.add(key)
-            out.append(key)
+            out.append((name, key) if name else key)
     return out
 
 
@@ -45,63 +97,118 @@ def preloaded_repos(space_file: Path = SPACE_FILE) -> list[str]:
     return [str(e).split()[0] for e in entries if str(e).strip()]
 
 
-def hub_snapshots(repos: list[str]) -> list[str]:
-    """Local snapshot directories of `repos` already in the hub cache (never downloads)."""
+def hub_snapshots(repos: list[str]) -> list[tuple[str, str]]:
+    """(repo, local snapshot directory) of the `repos` already in the hub cache (never downloads)."""
     from huggingface_hub import snapshot_download
 
     found = []
     for repo in repos:
         try:
-            found.append(snapshot_download(repo, local_files_only=True))
-        except Exception:  # noqa: BLE001 - not in the cache (or no cache): not offered
+            found.append((repo, snapshot_download(repo, local_files_only=True)))
+        except Exception:  # noqa: BLE001 - not in the cache (or no cache): not a candidate
             continue
     return found
 
 
-def has_gpu() -> bool:
-    """CUDA now, or a ZeroGPU Space (the `spaces` package), where CUDA appears inside GPU handlers."""
-    import importlib.util
+def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered | Withheld:
+    """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
+    from llada import memory
+    from llada.checkpoint import CheckpointError, read_config
+    from llada.presets import PresetError, load_presets
 
-    import torch
+    root = Path(path)
+    try:
+        cfg, raw = read_config(root)
+        load_presets(root)
+    except (CheckpointError, PresetError) as err:
+        return Withheld(name or root.name, path, str(err))
+    name = name or str(raw.get("name") or root.name)
+    dtype = memory.default_dtype(cfg, rt.device)
+    why = memory.does_not_fit(cfg, dtype, rt.device, room=room)
+    if rt.kind == "zerogpu" and not why:  # the weights are read into host memory first
+        why = memory.does_not_fit(cfg, dtype, "cpu")
+    if why:
+        return Withheld(name, path, f"not offered on this {rt.kind.upper()} machine: {why}")
+    params = sum(cfg.parameter_counts().values())
+    size = memory.weight_bytes(cfg, dtype) / 2**30
+    return Offered(name, path, dtype, f"{str(dtype).removeprefix('torch.')}, {params / 1e9:.2f} B parameters, "
+                                      f"{size:.2f} GiB")
 
-    return torch.cuda.is_available() or importlib.util.find_spec("spaces") is not None
 
-
-def device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
+@dataclass
 class Models:
-    """Lazy, cached `Pipeline`s by path; `get` is safe to call from several threads."""
+    """The offered models and their loaded Pipelines; `get` is safe to call from several threads."""
 
-    def __init__(self, dirs: list[str]):
-        self.dirs = list(dirs)
+    candidates: list = field(default_factory=list)  # paths, or (name, path) pairs
+    rt: Runtime | None = None
+
+    def __post_init__(self) -> None:
+        self.rt = self.rt or runtime()
+        self.offered, self.withheld = [], []
         self._loaded: dict[str, object] = {}
         self._lock = threading.Lock()
+        room = self.rt.room if self.rt.room is not None else _room(self.rt.device)
+        for c in self.candidates:
+            name, path = c if isinstance(c, tuple) else ("", str(c))
+            checked = check_model(name, path, self.rt, room)
+            checked = replace(checked, name=_unique(checked.name, self.offered + self.withheld))
+            (self.offered if isinstance(checked, Offered) else self.withheld).append(checked)
+            if isinstance(checked, Offered) and room is not None:
+                room -= _weights(checked)  # models stay loaded: each one takes from the room left
 
-    def choices(self) -> list[tuple[str, str]]:
-        """(label, path) for the model selector."""
-        return [(f"{Path(d).name} — {d}", d) for d in self.dirs]
+    @property
+    def dirs(self) -> list[str]:
+        return [m.path for m in self.offered]
 
     @property
     def default(self) -> str | None:
-        return self.dirs[0] if self.dirs else None
+        return self.offered[0].path if self.offered else None
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(name, path) for the model selector."""
+        return [(m.name, m.path) for m in self.offered]
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.offered]
+
+    def note(self) -> str:
+        """One line per withheld model and why (empty when every candidate is offered)."""
+        return "\n".join(f"{m.name}: {m.reason}" for m in self.withheld)
+
+    def path_of(self, name: str | None) -> str | None:
+        """The path of an offered model's name (None for the default); ValueError otherwise."""
+        if name is None or (isinstance(name, str) and not name.strip()):
+            return None
+        for m in self.offered:
+            if name == m.name:
+                return m.path
+        for m in self.withheld:
+            if name == m.name:
+                raise ValueError(f"model {name!r} is not offered: {m.reason}")
+        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(self.names()) or 'none offered'}")
 
     def get(self, path: str | None):
-        """The Pipeline of `path` (loading it on first use); ValueError for an unknown path."""
-        from llada.pipeline import Pipeline
-
+        """The Pipeline of an offered model (by path or name; None: the default), loaded on first use."""
         path = path or self.default
         if path is None:
-            raise ValueError("no model is offered: put a checkpoint in assets/model or start with --model DIR")
-        if path not in self.dirs:
-            raise ValueError(f"unknown model {path!r}; choose one of the offered directories")
+            raise ValueError("no model is offered: " + (self.note() or "put a checkpoint in assets/model or "
+                                                                        "start with --model DIR"))
+        model = next((m for m in self.offered if path in (m.path, m.name)), None)
+        if model is None:
+            self.path_of(path)  # raises with the reason (withheld) or the offered names
         with self._lock:
-            if path not in self._loaded:
-                self._loaded[path] = _load(Pipeline, path)
-            return self._loaded[path]
+            if model.path not in self._loaded:
+                self._loaded[model.path] = self._load(model)
+            return self._loaded[model.path]
+
+    def load_resident(self) -> None:
+        """Load every offered model now (ZeroGPU: at start, in the main process); a failure withholds it."""
+        for model in list(self.offered):
+            try:
+                self.get(model.path)
+            except (RuntimeError, ValueError, OSError) as err:  # CheckpointError, out of memory, ...
+                self.offered.remove(model)
+                self.withheld.append(Withheld(model.name, model.path, f"failed to load: {err}"))
 
     def warm(self) -> threading.Thread | None:
         """Load the default model in the background, so the first run starts at once."""
@@ -117,23 +224,67 @@ class Models:
         except Exception:  # noqa: BLE001 - the first run reports the same error to the user
             pass
 
+    def _load(self, model: Offered):
+        from llada.pipeline import Pipeline
+
+        where = "cpu" if self.rt.kind == "zerogpu" else self.rt.device
+        pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, progress=True)
+        if self.rt.kind == "zerogpu":
+            pipe.model.to("cuda")  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
+        pipe.name = model.name
+        return pipe
+
 
 def warm_up(pipe) -> None:
     """One short decode, so the first visitor's run does not pay the one-time setup (allocations, kernel choice)."""
     pipe.generate([pipe.eos_id], pipe.config("S", gen_length=8, block_length=8))
 
 
-def _load(pipeline_cls, path: str):
-    import torch
+def _unique(name: str, others: list) -> str:
+    taken = {m.name for m in others}
+    if name not in taken:
+        return name
+    k = 2
+    while f"{name} ({k})" in taken:
+        k += 1
+    return f"{name} ({k})"
 
-    where = device()
-    return pipeline_cls.load(path, device=where, dtype=torch.bfloat16 if where == "cuda" else torch.float32)
+
+def _room(device: str) -> int | None:
+    from llada import memory
+
+    return memory.available_bytes(device)
 
 
-def on_gpu(fn):
-    """`spaces.GPU(fn)` on a ZeroGPU Space (when the `spaces` package is present), else `fn` unchanged."""
+def _weights(model: Offered) -> int:
+    from llada import memory
+    from llada.checkpoint import read_config
+
+    cfg, _ = read_config(Path(model.path))
+    return memory.weight_bytes(cfg, model.dtype)
+
+
+def gpu_seconds(gen_length, block_length, max_post_steps=16, runs: int = 1) -> int:
+    """The GPU slot a request needs: its most forwards (every block drafts one token per forward, then
+    up to max_post_steps mask-free steps and a cache forward) at SECONDS_PER_FORWARD, within GPU_SECONDS."""
+    block_length = 16 if block_length is None else block_length  # a preset's own: 16 or more here
     try:
-        import spaces
-    except ImportError:
+        gen, block, post = int(gen_length), max(int(block_length), 1), max(int(max_post_steps), 0)
+    except (TypeError, ValueError, OverflowError):
+        return GPU_SECONDS[0]  # the request will be refused before any forward
+    blocks = -(-max(gen, 0) // block) + 1  # +1: the prompt's tail shares a block with the first tokens
+    forwards = runs * blocks * (block + post + 2)
+    return int(min(max(GPU_SECONDS[0], 10 + forwards * SECONDS_PER_FORWARD), GPU_SECONDS[1]))
+
+
+def on_gpu(fn=None, *, seconds=None):
+    """`spaces.GPU(fn, duration=seconds)` on a ZeroGPU Space, `fn` unchanged elsewhere.
+
+    seconds(*args, **kwargs) takes the handler's own arguments and returns the slot's length."""
+    if fn is None:
+        return functools.partial(on_gpu, seconds=seconds)
+    if not zero_gpu():
         return fn
-    return spaces.GPU(fn)
+    import spaces
+
+    return spaces.GPU(fn, duration=seconds) if seconds is not None else spaces.GPU(fn)

@@ -1,4 +1,4 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, kernels, forward)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, kernels, forward, load)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import sys
 
 BENCHES = {"decode": "decode speed with the KV cache on and off",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
-           "forward": "one LLaDA2.1-mini-shaped forward"}
+           "forward": "one LLaDA2.1-mini-shaped forward",
+           "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed"}
 
 
 def main(argv: list[str]) -> int:
