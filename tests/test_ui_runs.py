@@ -6,8 +6,6 @@ import os
 
 import pytest
 
-from llada.trace import Trace
-from ui import canvas, learn, record
 from ui.handlers import generate_ui
 from ui.models import Models, model_dirs
 from ui import runs
@@ -98,18 +96,6 @@ def test_runs_interleave_forward_by_forward(models):
     assert labels[:4] == ["Q", "M2T only", "Q", "M2T only"]
     assert [labels.count(m) for m in modes] == [len(runs[m].trace.records) for m in modes]
     assert all(run.trace.status == "done" for run in runs.values())
-
-
-def test_record_script_writes_a_replayable_file(tiny_model_dir, tmp_path):
-    out = tmp_path / "learn.json"
-    record.main(["--model", str(tiny_model_dir), "--out", str(out), "--runs", "Q", "S+MBE", "--block-length", "8",
-                 "--gen-length", "8"])
-    recordings = learn.load_recordings(out)
-    assert len(recordings) == 2
-    trace = recordings[next(k for k in recordings if "MBE" in k)]
-    assert isinstance(trace, Trace) and trace.settings.mbe and trace.status == "done"
-    assert f'data-steps="{trace.steps}"' in canvas.render(trace, 1, elem_id="canvas-learn")
-    assert "Recording (not live)" in learn.recording_note(trace)
 
 
 def test_model_dirs_from_cli_and_env(tmp_path):

@@ -1,0 +1,158 @@
+"""The Learn view in real Chromium, desktop (1440×900) and phone (390×844), light and dark theme.
+
+Replays the shipped lessons (assets/learn_trace.json): play advances the canvas and the narration step by
+step, pause holds it, the scrubber and *next edit* jump, the S vs Q lesson shows two canvases (side by
+side on a desktop, stacked on a phone) and a verdict, the MBE lesson's next edit shows an MBE edit in an
+earlier block. Screenshots go to tests/artifacts/learn-*.png. Skips like tests/test_browser.py when
+Chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from test_browser import ARTIFACTS, browser, set_number  # noqa: F401 - browser is a fixture
+from ui import learn
+from ui_helpers import launch_app
+
+VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+NARRATION = "document.querySelector('#learn-narration .narration')"
+
+
+@pytest.fixture(scope="module")
+def lessons() -> dict[str, learn.Recording]:
+    recordings = learn.load_recordings()
+    assert recordings, "assets/learn_trace.json is missing: run python -m ui.record"
+    return {r.idea: r for r in recordings.values()}
+
+
+@pytest.fixture(scope="module")
+def learn_url(tiny_model_dir):
+    demo, url = launch_app(tiny_model_dir, recordings=learn.load_recordings())
+    yield url
+    demo.close()
+
+
+@pytest.fixture(params=[(v, t) for v in VIEWPORTS for t in ("light", "dark")], ids=lambda p: f"{p[0]}-{p[1]}")
+def page(request, browser, learn_url):  # noqa: F811 - browser is the imported fixture
+    viewport, theme = request.param
+    page = browser.new_page(viewport=VIEWPORTS[viewport])
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.goto(learn_url + ("?__theme=dark" if theme == "dark" else ""), wait_until="load")
+    page.wait_for_selector("#prompt textarea", timeout=60_000)
+    page.get_by_role("tab", name="Learn").click()
+    page.wait_for_selector("#canvas-learn .tok", timeout=20_000)
+    page.name = f"{viewport}-{theme}"
+    yield page
+    assert page.dialogs == []
+    page.close()
+
+
+def step_of(page, elem_id: str = "canvas-learn") -> int:
+    return int(page.get_attribute(f"#{elem_id}", "data-step"))
+
+
+def narration(page) -> str:
+    return page.inner_text("#learn-narration .narration .now")
+
+
+def pick(page, rec: learn.Recording) -> None:
+    """Pick a lesson and wait until it is on screen (it starts playing from step 0)."""
+    page.locator("#learn-run label", has_text=rec.title).click()
+    page.wait_for_function(f"document.querySelector('#learn-caption').innerText.includes({json.dumps(rec.caption)})",
+                           timeout=10_000)
+
+
+def hold(page, step: int) -> None:
+    """Pause, then scrub to `step` (a tick already on its way lands first)."""
+    page.click("#learn-pause")
+    time.sleep(0.3)
+    set_number(page, "learn-step", step)
+    page.wait_for_selector(f'#canvas-learn[data-step="{step}"]', timeout=10_000)
+
+
+def shot(page, what: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"learn-{page.name}-{what}.png"), full_page=False)
+
+
+def test_play_pause_scrub_and_narrate(page, lessons):
+    draft = lessons["draft"]
+    assert "Step 0:" in narration(page) and step_of(page) == 0
+    assert page.locator("#learn-run label").count() == 5
+    page.locator("#learn-narration").scroll_into_view_if_needed()
+    shot(page, "first")
+    page.click("#learn-play")
+    page.wait_for_function("document.querySelector('#canvas-learn').dataset.step == '1'", timeout=10_000)
+    assert narration(page).startswith("Step 1 (block 0):") and "drafted together" in narration(page)
+    assert page.locator('#canvas-learn .tok[data-state="draft"]').count() >= 3
+    shot(page, "draft-step1")
+    steps = draft.runs[0].steps
+    page.wait_for_function(f"document.querySelector('#canvas-learn').dataset.step == '{steps}'", timeout=10_000)
+    assert "verified and final" in narration(page)
+    set_number(page, "learn-step", 1)  # scrub back
+    page.wait_for_selector('#canvas-learn[data-step="1"]', timeout=10_000)
+    page.wait_for_function(f"{NARRATION}.dataset.step == '1'", timeout=10_000)
+    assert narration(page).startswith("Step 1 (block 0):")
+
+    pick(page, lessons["modes"])  # a lesson plays from step 0 when picked: pause holds it
+    page.wait_for_function("Number(document.querySelector('#canvas-learn-b').dataset.step) >= 1", timeout=10_000)
+    page.click("#learn-pause")
+    time.sleep(0.5)  # let a tick already on its way land
+    held = step_of(page, "canvas-learn-b")
+    time.sleep(2 * learn.STEP_SECONDS + 0.2)  # two ticks' time: nothing may move
+    assert step_of(page, "canvas-learn-b") == held < lessons["modes"].steps
+
+
+def test_next_edit_shows_the_repair_and_the_mbe_edit(page, lessons):
+    pick(page, lessons["edit"])
+    hold(page, 0)
+    page.click("#learn-next-edit")
+    page.wait_for_selector('#canvas-learn .tok[data-state="edit"]', timeout=10_000)
+    edit = page.locator('#canvas-learn .tok[data-state="edit"]').first
+    assert edit.get_attribute("data-prev") and edit.locator(".old").count() == 1
+    assert "changed" in narration(page) and "→" in narration(page) and "τ_edit" in narration(page)
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
+    shot(page, "edit")
+
+    pick(page, lessons["mbe"])
+    hold(page, 0)
+    page.click("#learn-next-edit")
+    page.wait_for_selector('#canvas-learn-b .tok[data-state="mbe"]', timeout=10_000)
+    mbe = page.locator('#canvas-learn-b .tok[data-state="mbe"]').first
+    assert mbe.get_attribute("data-prev") and int(mbe.get_attribute("data-block")) < step_block(page)
+    assert "MBE: in the finished block" in page.inner_text("#learn-narration")
+    page.locator("#canvas-learn-b").scroll_into_view_if_needed()
+    shot(page, "mbe")
+
+
+def step_block(page) -> int:
+    """The active block of the second canvas."""
+    return int(page.get_attribute("#canvas-learn-b .blk.act", "data-block"))
+
+
+def test_s_vs_q_side_by_side_with_a_verdict_in_either_theme(page, lessons):
+    pick(page, lessons["modes"])
+    verdict = page.inner_text("#learn-stats .verdict")
+    assert "S needs" in verdict and "fewer forwards" in verdict and "S is wrong, Q is right" in verdict
+    hold(page, 2)
+    a, b = (page.locator(f"#{i}").bounding_box() for i in ("canvas-learn", "canvas-learn-b"))
+    if page.viewport_size["width"] < 500:  # a phone stacks the two runs
+        assert b["y"] >= a["y"] + a["height"] - 1 and a["width"] > 300
+    else:
+        assert abs(a["y"] - b["y"]) < 2 and b["x"] > a["x"] + a["width"] - 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]  # no sideways scroll
+    ink = page.evaluate(f"getComputedStyle({NARRATION}).color")
+    light = luminance(ink) > 0.5
+    assert light == page.name.endswith("dark")  # the narration's text follows the theme
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
+    shot(page, "s-vs-q")
+
+
+def luminance(css_color: str) -> float:
+    r, g, b = (float(x) for x in re.findall(r"[\d.]+", css_color)[:3])  # rgb(r, g, b) or rgba(r, g, b, a)
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
