@@ -5,7 +5,7 @@ import torch
 
 from llada import kernels
 from llada.kernels.reference import rel_rmse
-from llada.kernels.routing import padded_rows, sort_by_expert
+from llada.kernels.reference import padded_rows, sort_by_expert
 from llada.model import Experts
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
