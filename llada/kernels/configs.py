@@ -82,8 +82,9 @@ def default_config(tokens: int, top_k: int, experts: int, inner: int, hidden: in
     while tiles * split < 2 * sms and split < min(4, -(-hidden // 128)):  # ~2 tiles per SM; <= H steps
         split *= 2
     stages = 4 if swap else 3
-    return MoEConfig(block_m=block_m, swap_ab=swap, up_n=n, up_split_k=split, up_stages=stages,
-                     down_n=n, down_stages=stages)
+    warps = 4 if swap else 8  # 64 x 128 fp32 gate and up accumulators spill on 4 warps (sm90 compile)
+    return MoEConfig(block_m=block_m, swap_ab=swap, up_n=n, up_split_k=split, up_warps=warps, up_stages=stages,
+                     down_n=n, down_warps=warps, down_stages=stages)
 
 
 def candidates(block_ms: tuple[int, ...] = (16, 32, 64)) -> list[MoEConfig]:

@@ -13,7 +13,8 @@ E experts in n_group groups of S = E / n_group; K experts per token; `bias` (E,)
 The logits GEMM keeps the reference's precision: for bf16 (or fp16) h and W every product is exact
 in fp32 and the tensor cores sum in fp32, as `F.linear(h.float(), W.float())` does; for fp32 inputs
 the dot runs in IEEE fp32 (no TF32). Top-k is K rounds of argmax-and-mask (K <= 8 on real models),
-ties to the lower index; group and expert axes are padded to powers of two with -inf.
+ties to the lower index; group and expert axes are padded to powers of two with -inf. A token whose
+scores are NaN still gets ids in [0, E) (its weights are NaN), so no later kernel reads out of bounds.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _topk_kernel(logits_ptr, bias_ptr, ids_ptr, weights_ptr, T, scale,
     expert = g * GROUP_SIZE + s
     score = tl.sigmoid(tl.load(logits_ptr + tokens[:, None, None] * stride_lt + expert * stride_le,
                                mask=valid, other=0.0))
-    biased = tl.where(valid, score + tl.load(bias_ptr + expert, mask=valid, other=0.0).to(tl.float32), NEG_INF)
+    biased = score + tl.load(bias_ptr + expert, mask=valid, other=0.0).to(tl.float32)
+    biased = tl.where(valid & (biased == biased), biased, NEG_INF)  # a NaN token picks in-range experts
     best = tl.max(biased, axis=2)  # group score: the two best biased scores of each group
     first = tl.argmax(biased, axis=2)
     second = tl.max(tl.where(s == first[:, :, None], NEG_INF, biased), axis=2)
@@ -82,7 +84,7 @@ def _topk_kernel(logits_ptr, bias_ptr, ids_ptr, weights_ptr, T, scale,
     w = tl.zeros((BLOCK_T, K_P2), dtype=tl.float32)
     for k in tl.static_range(TOP_K):
         pick = tl.argmax(flat, axis=1)[:, None]  # (BLOCK_T, 1) slot in the padded layout
-        e = tl.minimum((pick // S_P2) * GROUP_SIZE + pick % S_P2, N_GROUP * GROUP_SIZE - 1)  # NaN rows stay in range
+        e = tl.minimum((pick // S_P2) * GROUP_SIZE + pick % S_P2, N_GROUP * GROUP_SIZE - 1)  # always < E
         ids = tl.where(ks == k, e.to(tl.int64), ids)
         w = tl.where(ks == k, tl.sum(tl.where(slots == pick, flat_score, 0.0), axis=1)[:, None], w)
         flat = tl.where(slots == pick, NEG_INF, flat)

@@ -101,13 +101,18 @@ def _configs(tokens: int, shape: dict) -> list:
     return list(dict.fromkeys(found))
 
 
-def compile_launch(launch, tokens: int) -> tuple[str, Compiled]:
-    """Compile one launch for sm_90 (Triton's cache answers repeats); returns (kernel hash, report)."""
+def compile_launch(launch, tokens: int, sass: dict | None = None) -> tuple[str, Compiled]:
+    """Compile one launch for sm_90 (Triton's cache answers repeats); returns (kernel hash, report).
+
+    `sass` memoizes the cuobjdump reading per kernel hash (a second of CPU per call)."""
     kernel = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.meta)
     ptx = kernel.asm["ptx"]
     mma = sorted(set(re.findall(r"\b((?:wgmma\.mma_async|mma\.sync)[\w.]*)", ptx)))
     meta = {k: v for k, v in launch.meta.items() if not isinstance(v, float)}
-    gmma, registers, spills = _cuobjdump(kernel.asm["cubin"])
+    sass = {} if sass is None else sass
+    if kernel.hash not in sass:
+        sass[kernel.hash] = _cuobjdump(kernel.asm["cubin"])
+    gmma, registers, spills = sass[kernel.hash]
     return kernel.hash, Compiled(kernel=launch.name, tokens=tokens, meta=meta, mma=mma, gmma=gmma,
                                  e4m3_converts=len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx)),
                                  registers=registers, spills=spills)
@@ -124,32 +129,30 @@ def _cuobjdump(cubin: bytes) -> tuple[list[str], int, int]:
         f.write(cubin)
         f.flush()
         try:
-            tool = knobs.nvidia.cuobjdump.path
-            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
-            usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+            text = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", "-res-usage", f.name],
+                                  capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):  # the PTX check still stands
             return [], -1, -1
-    regs = re.search(r"REG:(\d+)", usage)
-    spills = re.findall(r"(?:STACK|LOCAL):(\d+)", usage)
-    return (sorted(set(re.findall(r"\b[HQ]GMMA\.[\w.]+", sass))), int(regs.group(1)) if regs else -1,
+    regs = re.search(r"REG:(\d+)", text)
+    spills = re.findall(r"(?:STACK|LOCAL):(\d+)", text)
+    return (sorted(set(re.findall(r"\b[HQ]GMMA\.[\w.]+", text))), int(regs.group(1)) if regs else -1,
             sum(int(v) for v in spills))
 
 
 def compile_all(tokens: tuple[int, ...] = TOKENS, shape: dict = MINI, progress=None) -> list[Compiled]:
-    """Compile every distinct launch of `engine_launches` at each token count; one report per launch."""
+    """Compile every launch of `engine_launches` at each token count; one report per launch and count
+    (a specialization met again is answered by Triton's cache; `progress` sees only new ones)."""
     from triton.runtime.driver import driver
 
     driver.set_active(Sm90Driver())
-    seen, out = set(), []
+    seen, out, sass = set(), [], {}
     for T in tokens:
         for launch in engine_launches(T, shape):
-            digest, report = compile_launch(launch, T)
-            if digest in seen:
-                continue
-            seen.add(digest)
+            digest, report = compile_launch(launch, T, sass)
             out.append(report)
-            if progress:
+            if progress and digest not in seen:
                 progress(report)
+            seen.add(digest)
     return out
 
 
