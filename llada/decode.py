@@ -17,7 +17,8 @@ so a run can be stepped from any thread and interleaved with another.
 
 Forward paths (`forward=`): "dynamic" slices the cache to the keys in use (the path on CPU);
 "static" runs the same forward with shapes fixed per window length (`llada.graphs`); "graph" records
-those as CUDA graphs and replays them; "auto" = "graph" for a cached run on CUDA, else "dynamic".
+those as CUDA graphs and replays them; "auto" = "graph" for a cached run on CUDA of a model whose
+forward never waits for the host (`graph_ready`: FP8 experts on the Triton kernels), else "dynamic".
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from . import rule
 from .config import DecodeConfig, padded_length
-from .graphs import StepGraphs
+from .graphs import StepGraphs, graph_ready
 from .model import LLaDA2MoE, block_causal_mask
 from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
@@ -197,7 +198,7 @@ def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:
     if forward not in FORWARD_PATHS:
         raise ValueError(f"forward must be one of {', '.join(FORWARD_PATHS)}; got {forward!r}")
     if forward == "auto":
-        return "graph" if cfg.use_cache and model.device.type == "cuda" else "dynamic"
+        return "graph" if cfg.use_cache and model.device.type == "cuda" and graph_ready(model) else "dynamic"
     if forward != "dynamic" and not cfg.use_cache:
         raise ValueError(f"forward={forward!r} needs the KV cache (use_cache=True)")
     if forward == "graph" and model.device.type != "cuda":

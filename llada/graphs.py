@@ -17,10 +17,12 @@ builds with `block_causal_mask` over [0, hi).
 
 On CUDA, the first call at a length runs eagerly on a side stream (the warm-up: Triton compiles,
 cuBLAS picks its kernels) while `count_launches` watches it for host synchronisations; a forward
-that has none (FP8 experts on the Triton kernels, no `.tolist()`) is recorded into a graph on its
-second call and replayed afterwards. A forward that syncs (the bf16 reference experts) stays eager.
-`capture=False` runs the same static forward eagerly on any device: the CPU tests check it against
-the dynamic one.
+that has none is recorded into a graph on its second call and replayed afterwards (one graph and
+memory pool per length, per run). `graph_ready(model)` tells beforehand whether a model can be
+graphed: its routed experts must run on the Triton kernels (`quantize_model_fp8` on CUDA); the bf16
+reference experts read their counts on the host, so the decode loop keeps such a model on its
+dynamic path. `capture=False` runs the same static forward eagerly on any device: the CPU tests
+check it against the dynamic one.
 """
 
 from __future__ import annotations
@@ -29,8 +31,23 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import kernels
 from .kernels.launch import count_launches
-from .model import KVCache, LLaDA2MoE
+from .model import Experts, KVCache, LLaDA2MoE
+
+
+def graph_ready(model: LLaDA2MoE) -> bool:
+    """No module of `model` waits for the host in its forward: every MoE runs on the Triton kernels."""
+    from .quantize import FP8Experts, FP8Linear
+
+    for module in model.modules():
+        if isinstance(module, Experts):
+            return False  # bincount().tolist() to loop over the experts
+        if isinstance(module, (FP8Experts, FP8Linear)):
+            probe = module.w13 if isinstance(module, FP8Experts) else module.weight
+            if kernels.resolve_impl(module.impl, probe) != "triton":
+                return False  # the PyTorch reference loops over ids.unique().tolist()
+    return True
 
 
 @dataclass
@@ -53,7 +70,6 @@ class StepGraphs:
             raise ValueError(f"CUDA graphs need a CUDA model; this one is on {model.device}")
         self.model, self.cache, self.block_length, self.capture = model, cache, block_length, capture
         self.entries: dict[int, _Entry] = {}
-        self.pool = None  # one memory pool shared by this run's graphs
         self.replays = 0
 
     def __call__(self, ids: torch.Tensor, lo: int, hi: int, groups_hi: int) -> torch.Tensor:
@@ -100,13 +116,14 @@ class StepGraphs:
         stream.wait_stream(torch.cuda.current_stream(self.model.device))
         with torch.cuda.stream(stream), count_launches() as count:
             logits = self._forward(entry)
-        torch.cuda.current_stream(self.model.device).wait_stream(stream)
+        main = torch.cuda.current_stream(self.model.device)
+        main.wait_stream(stream)
+        logits.record_stream(main)  # used on the main stream: not reusable by the side stream before that
         entry.syncs = count.syncs
         return logits
 
     def _record(self, entry: _Entry) -> None:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph):  # its own memory pool: graphs of a run may replay in any order
             entry.logits = self._forward(entry)
-        self.pool = graph.pool()
         entry.graph = graph

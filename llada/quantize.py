@@ -90,8 +90,7 @@ class FusedRouter(Router):
     @staticmethod
     def supports(router: nn.Module) -> bool:
         """Only a plain Router whose settings the kernel implements (a newer setting keeps the reference)."""
-        settings = {k for k in vars(router) if not k.startswith("_")}
-        return type(router) is Router and settings <= ROUTER_SETTINGS
+        return type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32."""

@@ -73,6 +73,7 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
     from ..model import Router
 
     cfg = ModelConfig(vocab_size=2, hidden_size=shape["hidden"], num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1,
                       intermediate_size=1, moe_intermediate_size=shape["inner"], num_experts=shape["experts"],
                       num_experts_per_tok=shape["top_k"], n_group=shape["n_group"], topk_group=shape["topk_group"],
                       routed_scaling_factor=ROUTED_SCALE)

@@ -26,7 +26,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_ms(fn: Callable[[], object], device: torch.device, iters: int = 20, warmup: int = 2) -> float:
+def time_ms(fn: Callable[[], object], device: torch.device, iters: int = 20, warmup: int = 1) -> float:
     """Median milliseconds of fn(): on CUDA do_bench (L2 flushed, ~100 ms of repetitions), else `iters` calls."""
     if device.type == "cuda":
         import triton.testing

@@ -92,17 +92,21 @@ def _weight_kernel(w_ptr, q_ptr, s_ptr, N, K,
     tl.store(s_ptr + e * stride_se + tn * stride_sn + tk * stride_sk + tl.zeros((1, 1), tl.int32), scale)
 
 
+def plan_quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[Launch]]:
+    """w (E, N, K) -> the fp8 (E, N, K) and scale (E, ceil(N/128), ceil(K/128)) buffers and their launch."""
+    E, N, K = w.shape
+    q = torch.empty(E, N, K, dtype=FP8, device=w.device)
+    s = torch.empty(E, triton.cdiv(N, GROUP), triton.cdiv(K, GROUP), dtype=torch.float32, device=w.device)
+    launch = Launch(_weight_kernel, (E, s.shape[1], s.shape[2]), (w, q, s, N, K, *w.stride(), *q.stride(), *s.stride()),
+                    dict(TILE=GROUP, FP8_MAX=FP8_MAX, AMAX_FLOOR=AMAX_FLOOR))
+    return q, s, [launch] if q.numel() else []
+
+
 def quantize_weight_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """w (..., N, K) -> fp8 (..., N, K) and fp32 scales (..., ceil(N/128), ceil(K/128))."""
     assert w.dim() in (2, 3), f"weights are (N, K) or (E, N, K), got {tuple(w.shape)}"
-    w3 = w if w.dim() == 3 else w[None]  # (E, N, K)
-    E, N, K = w3.shape
-    q = torch.empty(E, N, K, dtype=FP8, device=w.device)
-    s = torch.empty(E, triton.cdiv(N, GROUP), triton.cdiv(K, GROUP), dtype=torch.float32, device=w.device)
-    if q.numel():
-        run([Launch(_weight_kernel, (E, s.shape[1], s.shape[2]),
-                    (w3, q, s, N, K, *w3.stride(), *q.stride(), *s.stride()),
-                    dict(TILE=GROUP, FP8_MAX=FP8_MAX, AMAX_FLOOR=AMAX_FLOOR))])
+    q, s, launches = plan_quantize_weight(w if w.dim() == 3 else w[None])
+    run(launches)
     return (q, s) if w.dim() == 3 else (q[0], s[0])
 
 

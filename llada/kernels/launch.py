@@ -26,8 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 _COUNTER: contextvars.ContextVar["LaunchCount | None"] = contextvars.ContextVar("launch_counter", default=None)
 
-ALLOCATIONS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
-               "aten::new_empty_strided", "aten::lift_fresh"}  # memory only: no kernel runs
+NO_KERNEL = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+             "aten::new_empty_strided", "aten::lift_fresh", "aten::_unsafe_view"}  # memory / metadata only
 HOST_SYNCS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_dim",
               "aten::unique_consecutive", "aten::masked_select", "aten::bincount",
               "aten::repeat_interleave", "aten::equal", "aten::is_nonzero"}  # the GPU must answer first
@@ -83,10 +83,22 @@ class _AtenCounter(TorchDispatchMode):
         self.count = count
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         name = func._schema.name
-        if not self.count.paused and not func.is_view and name not in ALLOCATIONS:
-            (self.count.syncs if name in HOST_SYNCS else self.count.aten).append(name.removeprefix("aten::"))
-        return func(*args, **(kwargs or {}))
+        if not self.count.paused and not func.is_view and name not in NO_KERNEL:
+            sync = name in HOST_SYNCS or _to_host(name, args, kwargs)
+            (self.count.syncs if sync else self.count.aten).append(name.removeprefix("aten::"))
+        return func(*args, **kwargs)
+
+
+def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
+    """A copy from a GPU tensor into CPU memory (`.cpu()`, `.tolist()` on CUDA): the host waits for it."""
+    if name == "aten::_to_copy":
+        source, target = args[0], kwargs.get("device")
+        return source.device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
+    if name == "aten::copy_":
+        return args[0].device.type == "cpu" and args[1].device.type != "cpu"
+    return False
 
 
 @contextmanager

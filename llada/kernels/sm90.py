@@ -68,7 +68,7 @@ class Compiled:
 
 def engine_launches(tokens: int, shape: dict = MINI) -> list:
     """The launches one MoE layer, the FP8 quantizers and an FP8 linear make at `tokens` tokens."""
-    from . import configs, fused_moe, fp8, router
+    from . import fp8, fused_moe, router
     from .reference import FP8
 
     T, H, I, E, K = tokens, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]
@@ -81,10 +81,7 @@ def engine_launches(tokens: int, shape: dict = MINI) -> list:
     for cfg in _configs(T, shape):
         launches += fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg)[1]
     launches += fused_moe.plan_fp8_linear(x, torch.empty(3 * H, H, dtype=FP8), torch.empty(3 * H // 128, H // 128))[1]
-    w = torch.empty(E, 2 * I, H, dtype=torch.bfloat16)
-    q, s = torch.empty_like(w, dtype=FP8), torch.empty(E, 2 * I // 128, H // 128)
-    launches.append(fp8.Launch(fp8._weight_kernel, (E, 1, 1), (w, q, s, 2 * I, H, *w.stride(), *q.stride(), *s.stride()),
-                               dict(TILE=128, FP8_MAX=448.0, AMAX_FLOOR=1e-12)))
+    launches += fp8.plan_quantize_weight(torch.empty(E, 2 * I, H, dtype=torch.bfloat16))[2]
     return launches
 
 
