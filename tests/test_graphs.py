@@ -12,7 +12,7 @@ from llada import kernels
 from llada.checkpoint import load_model
 from llada.config import DecodeConfig
 from llada.decode import decode, generate
-from llada.graphs import StepGraphs
+from llada.graphs import StepGraphs, graph_ready
 from llada.kernels.launch import count_launches
 from llada.model import block_causal_mask
 
@@ -97,6 +97,16 @@ def test_forward_path_is_checked_before_the_run(ref_model, golden):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs a CUDA model"):
             decode(*args, forward="graph")
+
+
+def test_graph_ready_needs_the_triton_experts(fixture_dir):
+    from llada.quantize import quantize_model_fp8
+
+    assert not graph_ready(load_model(fixture_dir))  # bf16/fp32 reference experts: bincount().tolist()
+    assert not graph_ready(quantize_model_fp8(load_model(fixture_dir), impl="torch"))  # unique().tolist()
+    if kernels.triton_available():  # on CPU the interpreter stands in for the GPU kernels
+        model = load_model(fixture_dir).to("cuda" if torch.cuda.is_available() else "cpu")
+        assert graph_ready(quantize_model_fp8(model, impl="triton"))
 
 
 def test_reference_forward_is_seen_to_sync(ref_model):

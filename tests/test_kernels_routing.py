@@ -51,7 +51,9 @@ def test_sort_by_expert_kernel_matches_reference(name):
     ids, E, block_m = SORT_CASES[name]
     pairs, block_expert = routing.sort_by_expert(ids.to(DEVICE), E, block_m)
     ref_pairs, ref_block_expert = sort_by_expert(ids, E, block_m)
-    assert torch.equal(pairs.cpu(), ref_pairs) and torch.equal(block_expert.cpu(), ref_block_expert)
+    assert torch.equal(block_expert.cpu(), ref_block_expert)
+    used = int((ref_block_expert >= 0).sum()) * block_m  # rows of tiles labelled -1 are never read
+    assert torch.equal(pairs.cpu()[:used], ref_pairs[:used]) and pairs.numel() == ref_pairs.numel()
 
 
 def make_router(E, K, n_group, topk_group, H, seed):

@@ -74,7 +74,7 @@ def _scaled_dot(a, a_s, w, w_s, SWAP_AB: tl.constexpr):
         return tl.dot(a, tl.trans(w)) * a_s[:, None] * w_s[None, :]  # (BLOCK_M, BLOCK_N)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])  # one compile for every token count
 def _up_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr, num_pairs, H, I,
                stride_xm, stride_xk, stride_xsm, stride_xsk,
                stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
@@ -142,7 +142,7 @@ def _silu_mul_fp8(gu_ptr, rows, row_ok, ks, k_ok, I, stride_gs, stride_gm, strid
     return q, tl.reshape(scale, (scale.shape[0],))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _down_kernel(gu_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_ptr, route_w_ptr, num_pairs, N, I,
                  stride_gs, stride_gm, stride_gn,
                  stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
@@ -243,7 +243,7 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _linear_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, M, N, K,
                    stride_xm, stride_xk, stride_xsm, stride_xsk, stride_wn, stride_wk, stride_wsn, stride_wsk,
                    stride_ym, stride_yn,

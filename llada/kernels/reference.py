@@ -112,7 +112,8 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
 
     Pair p = t*K + k; the pairs of each expert, in pair order, padded with the sentinel T*K to a
     multiple of block_m; experts in order; block_expert[i] = expert of tile i, -1 past the last
-    run; P = padded_rows(T*K, E, block_m) (see `llada.kernels.routing`)."""
+    run (rows of those tiles are never read); P = padded_rows(T*K, E, block_m) (see
+    `llada.kernels.routing`)."""
     flat = ids.reshape(-1).long()  # (T*K,)
     n = flat.numel()
     counts = torch.bincount(flat, minlength=num_experts)  # (E,) pairs per expert

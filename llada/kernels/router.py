@@ -28,7 +28,7 @@ from .launch import Launch, run
 NEG_INF = tl.constexpr(float("-inf"))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])  # one compile for every token count
 def _logits_kernel(h_ptr, w_ptr, out_ptr, T, E, H,
                    stride_ht, stride_hk, stride_we, stride_wk, stride_ot, stride_oe,
                    BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -51,7 +51,7 @@ def _logits_kernel(h_ptr, w_ptr, out_ptr, T, E, H,
              mask=(tokens < T)[:, None] & (experts < E)[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _topk_kernel(logits_ptr, bias_ptr, ids_ptr, weights_ptr, T, scale,
                  stride_lt, stride_le, stride_it, stride_ik, stride_wt, stride_wk,
                  N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,

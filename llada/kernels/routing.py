@@ -4,12 +4,15 @@ A grouped GEMM wants every tile of BLOCK_M rows to belong to one expert. With T 
 routing there are T*K pairs; pair p = t*K + k means "token t, its k-th expert". Sorting the pairs by
 expert (stable) and padding each expert's run up to a multiple of BLOCK_M gives:
 
-    sorted_pairs  (P,)  pair index at each padded row, or T*K (a sentinel) on padding rows
+    sorted_pairs  (P,)  pair index at each row of a run, or T*K (a sentinel) on its padding rows
     block_expert  (P / BLOCK_M,)  the expert of each tile, or -1 for tiles past the last run
 
     ids = [[2, 0], [2, 1]]  (T=2, K=2), BLOCK_M=2, E=3
     pairs by expert: e0 -> [1], e1 -> [3], e2 -> [0, 2]
     sorted_pairs = [1, 4 | 3, 4 | 0, 2 | 4, 4 ...]   block_expert = [0, 1, 2, -1, ...]
+
+Rows of tiles labelled -1 are never read (the GEMMs return at once there); the reference writes the
+sentinel on them, the kernel leaves them as they were.
 
 P is the worst case T*K + min(E, T*K)*(BLOCK_M - 1), rounded up to BLOCK_M, so the sizes depend only
 on the shapes: no host synchronisation, and the launch can live in a CUDA graph. Experts without
@@ -19,9 +22,11 @@ The kernel is a single program (a few hundred pairs at decode: one CTA is plenty
 need a second launch to combine counts). In chunks of CHUNK pairs it:
   1. counts pairs per expert (`tl.histogram`) -> counts (E,), padded (E,) and the exclusive prefix
      sum of padded run lengths, start (E,);
-  2. writes the sentinel over all P rows (the padding), then a barrier;
+  2. writes the sentinel on the padding rows of each run, [start + count, start + padded): at most
+     BLOCK_M - 1 per expert, one (E, BLOCK_M) masked store. Rows past the last run are never read
+     (their tiles are labelled -1), so they are not written: no fill of all P rows;
   3. places each pair at start[e] + (pairs of e in earlier chunks) + (earlier pairs of e in this
-     chunk), the last term from a CHUNK x CHUNK comparison;
+     chunk), the last term from a CHUNK x CHUNK comparison (rows disjoint from step 2: no barrier);
   4. labels each tile with the expert whose cumulative tile count first exceeds it.
 """
 
@@ -35,8 +40,8 @@ from .launch import Launch, run
 from .reference import padded_rows
 
 
-@triton.jit
-def _align_kernel(ids_ptr, pairs_ptr, block_expert_ptr, num_pairs, num_rows, num_tiles,
+@triton.jit(do_not_specialize=["num_pairs", "num_tiles"])  # any token count: one compile
+def _align_kernel(ids_ptr, pairs_ptr, block_expert_ptr, num_pairs, num_tiles,
                   stride_it, stride_ik,
                   E: tl.constexpr, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, E_P2: tl.constexpr,
                   CHUNK: tl.constexpr):
@@ -50,10 +55,10 @@ def _align_kernel(ids_ptr, pairs_ptr, block_expert_ptr, num_pairs, num_rows, num
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M  # (E_P2,) rows per expert run
     start = tl.cumsum(padded, 0) - padded  # (E_P2,) first row of each run
     tile_end = (tl.cumsum(padded, 0) // BLOCK_M)  # (E_P2,) one past each run's last tile
-    for r0 in range(0, num_rows, CHUNK):  # 2. every row starts as padding
-        r = r0 + offs
-        tl.store(pairs_ptr + r, tl.full((CHUNK,), 0, tl.int32) + num_pairs, mask=r < num_rows)
-    tl.debug_barrier()
+    pad = tl.arange(0, BLOCK_M)[None, :]  # 2. the padding rows of each run, (E_P2, BLOCK_M) at once
+    pad_rows = (start + counts)[:, None] + pad
+    tl.store(pairs_ptr + pad_rows, tl.zeros((E_P2, BLOCK_M), tl.int32) + num_pairs,
+             mask=pad < (padded - counts)[:, None])
     seen = tl.zeros((E_P2,), dtype=tl.int32)  # pairs of each expert placed so far
     for c0 in range(0, num_pairs, CHUNK):  # 3. place the pairs
         p = c0 + offs
@@ -82,7 +87,7 @@ def plan_sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int
     block_expert = torch.empty(rows // block_m, dtype=torch.int32, device=ids.device)  # (P / block_m,)
     e_p2 = triton.next_power_of_2(num_experts)
     launch = Launch(_align_kernel, (1,),
-                    (ids, pairs, block_expert, T * K, rows, rows // block_m, *ids.stride()),
+                    (ids, pairs, block_expert, T * K, rows // block_m, *ids.stride()),
                     dict(E=num_experts, TOP_K=K, BLOCK_M=block_m, E_P2=e_p2, CHUNK=64, num_warps=4))
     return pairs, block_expert, [launch]
 
