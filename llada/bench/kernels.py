@@ -13,9 +13,10 @@ Bytes: `weight_bytes` = fp8 weights + tile scales of the experts the routing tou
 must stream at least once); `layer_bytes` adds the bf16 router weight, x in and out. GB/s = bytes /
 median time, reported as a share of the measured device copy bandwidth (read + write of 2 GB).
 
-`--tune` measures every configuration of `llada.kernels.configs.candidates` on the GEMMs at each M
-(each candidate first checked against the default configuration's output) and writes the winners,
-with every candidate's time, to `llada/kernels/tuned/<gpu>.json`, which the kernels then use.
+`--tune` measures the configurations of `llada.kernels.configs.candidates` on the GEMMs at each M
+(tile heights: the default's and the next; each candidate first checked against the default
+configuration's output) and writes the winners, with every candidate's time, to
+`llada/kernels/tuned/<gpu>.json`, which the kernels then use.
 
     python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--tune] [--out PATH]
 
@@ -160,11 +161,12 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
     """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times)."""
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = torch.randn(M, shape["hidden"], device=device, generator=torch.Generator(device=device).manual_seed(M)).to(dtype)
-    expected, launches, _ = fp8_plan(x, layer, shape, configs.default_config(M, shape["top_k"], shape["experts"],
-                                                                              shape["inner"], shape["hidden"]))
+    default = configs.default_config(M, shape["top_k"], shape["experts"], shape["inner"], shape["hidden"])
+    expected, launches, _ = fp8_plan(x, layer, shape, default)
     run(launches)
     timed = []
-    for cfg in configs.candidates()[:limit]:
+    block_ms = tuple(sorted({default.block_m, min(64, 2 * default.block_m)}))  # taller tiles only pad more
+    for cfg in configs.candidates(block_ms)[:limit]:
         out, launches, gemm = fp8_plan(x, layer, shape, cfg)
         run(launches)
         error = rel_rmse(out, expected)
