@@ -75,7 +75,8 @@ def test_nan_and_inf_propagate_through_activation_quantization(impl):
     x[0, 5] = float("nan")  # row 0, group 0
     x[1, 130] = float("inf")  # row 1, group 1
     x[2, 299] = -float("inf")  # row 2, the partial last group
-    q, s = kernels.quantize_act_fp8(x, impl="torch") if impl == "torch" else triton_quantize(kernels.quantize_act_fp8, x)
+    q, s = (kernels.quantize_act_fp8(x, impl="torch") if impl == "torch"
+            else triton_quantize(kernels.quantize_act_fp8, x))
     assert torch.isnan(s[0, 0]) and s[1, 1] == float("inf") and s[2, 2] == float("inf")
     bad = torch.zeros(3, 3, dtype=torch.bool)
     bad[0, 0] = bad[1, 1] = bad[2, 2] = True

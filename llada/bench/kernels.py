@@ -94,6 +94,12 @@ def fp8_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[t
     return out, routing + moe, gemm
 
 
+def layer_input(M: int, shape: dict, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Seeded activations (M, H) for a measurement at M tokens."""
+    g = torch.Generator(device=device).manual_seed(M)
+    return torch.randn(M, shape["hidden"], device=device, generator=g).to(dtype)
+
+
 def weight_bytes(ids: torch.Tensor, shape: dict) -> int:
     """fp8 weights + fp32 tile scales of the experts that `ids` touches."""
     H, I = shape["hidden"], shape["inner"]
@@ -117,7 +123,7 @@ def grouped_mm_moe(x, w13, w2, ids, weights):
 
 def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> dict:
     device, dtype = layer.router_w.device, layer.router_w.dtype
-    x = torch.randn(M, shape["hidden"], device=device, generator=torch.Generator(device=device).manual_seed(M)).to(dtype)
+    x = layer_input(M, shape, device, dtype)
     ids, weights = route_reference(x, layer, shape)
     row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape)}
     row["layer_bytes"] = row["weight_bytes"] + layer.router_w.numel() * layer.router_w.element_size() + 2 * x.nbytes
@@ -150,7 +156,8 @@ def add_bandwidth(row: dict, copy: float) -> dict:
     if "gemm_ms" in row:
         row["gemm_gb_per_s"] = row["weight_bytes"] / (row["gemm_ms"] / 1e3) / 1e9
         row["gemm_share_of_copy"] = row["gemm_gb_per_s"] / copy
-    gemm = f"gemm {row['gemm_ms']:.3f} ms ({100 * row['gemm_share_of_copy']:.1f}% of copy)  " if "gemm_ms" in row else ""
+    gemm = (f"gemm {row['gemm_ms']:.3f} ms ({100 * row['gemm_share_of_copy']:.1f}% of copy)  "
+            if "gemm_ms" in row else "")
     print(f"[kernels] M={row['tokens']:4d}  layer {row['layer_ms']:.3f} ms {row['layer_gb_per_s']:.1f} GB/s "
           f"({100 * row['layer_share_of_copy']:.1f}% of copy)  {gemm}x{row['speedup_vs_reference']:.2f} vs bf16 "
           "reference", file=sys.stderr)
@@ -160,7 +167,7 @@ def add_bandwidth(row: dict, copy: float) -> dict:
 def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None) -> dict:
     """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times)."""
     device, dtype = layer.router_w.device, layer.router_w.dtype
-    x = torch.randn(M, shape["hidden"], device=device, generator=torch.Generator(device=device).manual_seed(M)).to(dtype)
+    x = layer_input(M, shape, device, dtype)
     default = configs.default_config(M, shape["top_k"], shape["experts"], shape["inner"], shape["hidden"])
     expected, launches, _ = fp8_plan(x, layer, shape, default)
     run(launches)

@@ -78,7 +78,8 @@ def device_info(device: torch.device) -> dict:
         info["triton"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info |= {"gpu": props.name, "sms": props.multi_processor_count, "memory_gb": round(props.total_memory / 2**30, 1),
+        info |= {"gpu": props.name, "sms": props.multi_processor_count,
+                 "memory_gb": round(props.total_memory / 2**30, 1),
                  "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda, "driver": _driver_version()}
     return info
 
