@@ -14,6 +14,11 @@ otherwise one `cache` forward recomputes them. Forwards that only fill the cache
 `decode()` checks its inputs before it returns the generator (one `try` around the call is enough);
 `generate()` drains it into a `Trace`. Inference mode is entered per forward, never across a `yield`,
 so a run can be stepped from any thread and interleaved with another.
+
+Forward paths (`forward=`): "dynamic" slices the cache to the keys in use (the path on CPU);
+"static" runs the same forward with shapes fixed per window length (`llada.graphs`); "graph" records
+those as CUDA graphs and replays them; "auto" = "graph" for a cached run on CUDA of a model whose
+forward never waits for the host (`graph_ready`: FP8 experts on the Triton kernels), else "dynamic".
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ import torch
 
 from . import rule
 from .config import DecodeConfig, padded_length
+from .graphs import StepGraphs, graph_ready
 from .model import LLaDA2MoE, block_causal_mask
 from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
+
+FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
 
 class NonFiniteLogits(FloatingPointError):
@@ -37,7 +45,8 @@ class NonFiniteLogits(FloatingPointError):
 class _Run:
     """Mutable state of one decoding run (the sequence, the cache, the counters)."""
 
-    def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int):
+    def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
+                 forward: str = "auto"):
         self.model, self.cfg, self.mask_id, self.eos_id = model, cfg, mask_id, eos_id
         self.P, B = len(prompt), cfg.block_length
         self.n_blocks = padded_length(self.P, cfg.gen_length, B) // B
@@ -51,10 +60,14 @@ class _Run:
             self.generator.manual_seed(cfg.seed)
         self.decode_forwards = 0
         self.resumed = time.perf_counter()  # when the engine last got control back from its consumer
+        path = resolve_forward(forward, model, cfg)
+        self.static = None if path == "dynamic" else StepGraphs(model, self.cache, B, capture=path == "graph")
 
     def forward(self, lo: int, hi: int, groups_hi: int) -> torch.Tensor:
         """Logits (hi-lo, V) for positions [lo, hi); positions >= groups_hi*B form one bidirectional group."""
         B = self.cfg.block_length
+        if self.static is not None:
+            return self.static(self.x[:, lo:hi], lo, hi, groups_hi)
         if self.cache is not None:
             n = hi - lo
             groups = (torch.arange(lo, hi, device=self.x.device) // B).clamp(max=groups_hi)
@@ -148,13 +161,14 @@ def _records(run: _Run) -> Iterator[StepRecord]:
 
 
 def decode(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int,
-           eos_id: int) -> Iterator[StepRecord]:
+           eos_id: int, forward: str = "auto") -> Iterator[StepRecord]:
     """Check the inputs now, then return the generator of the run's records (decode and cache forwards)."""
     check_prompt(model, prompt_ids, cfg, mask_id, eos_id)
+    resolve_forward(forward, model, cfg)
     prompt = [int(t) for t in prompt_ids]
 
     def run() -> Iterator[StepRecord]:
-        yield from _records(_Run(model, prompt, cfg, mask_id, eos_id))
+        yield from _records(_Run(model, prompt, cfg, mask_id, eos_id, forward))
 
     return run()
 
@@ -179,10 +193,23 @@ def check_prompt(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mas
                          f"blocks of {cfg.block_length}, needs {total} positions; the model allows {limit}")
 
 
+def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:
+    """The forward path a run takes (see the module docstring); ValueError when it cannot."""
+    if forward not in FORWARD_PATHS:
+        raise ValueError(f"forward must be one of {', '.join(FORWARD_PATHS)}; got {forward!r}")
+    if forward == "auto":
+        return "graph" if cfg.use_cache and model.device.type == "cuda" and graph_ready(model) else "dynamic"
+    if forward != "dynamic" and not cfg.use_cache:
+        raise ValueError(f"forward={forward!r} needs the KV cache (use_cache=True)")
+    if forward == "graph" and model.device.type != "cuda":
+        raise ValueError(f"forward='graph' needs a CUDA model; this one is on {model.device}")
+    return forward
+
+
 def generate(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
-             trace: Trace | None = None) -> Trace:
+             trace: Trace | None = None, forward: str = "auto") -> Trace:
     """Decode to the end; returns the finished Trace (`trace`: an empty one to fill, e.g. with a name)."""
-    stream = decode(model, prompt_ids, cfg, mask_id, eos_id)
+    stream = decode(model, prompt_ids, cfg, mask_id, eos_id, forward)
     trace = trace or Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=mask_id, eos_id=eos_id)
     for _ in trace.follow(stream):
         pass

@@ -79,8 +79,17 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, KVheads, T, D) at [start, start+T) of `layer`; return keys/values of [0, start+T)."""
+    def write(self, layer: int, start: int | torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, KVheads, T, D) at [start, start+T) of `layer`; return keys/values of [0, start+T).
+
+        With `start` a 0-d device tensor (the static path) every slot is returned (S = capacity),
+        and the caller's mask hides those past start+T: the shapes no longer depend on `start`."""
+        if isinstance(start, torch.Tensor):
+            slots = start + torch.arange(k.shape[2], device=k.device)  # (T,)
+            self.k[layer].index_copy_(2, slots, k)
+            self.v[layer].index_copy_(2, slots, v)
+            return self.k[layer], self.v[layer]  # (B, KVheads, capacity, D)
         end = start + k.shape[2]
         self.k[layer, :, :, start:end] = k
         self.v[layer, :, :, start:end] = v
@@ -254,7 +263,7 @@ class LLaDA2MoE(nn.Module):
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         return KVCache(self.config, batch, max_len, self.dtype, self.device)
 
-    def forward(self, input_ids: torch.Tensor, start: int = 0, mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor, start: int | torch.Tensor = 0, mask: torch.Tensor | None = None,
                 cache: KVCache | None = None, positions: torch.Tensor | None = None,
                 hidden_only: bool = False) -> torch.Tensor:
         """input_ids (B, T) at absolute positions start..start+T-1 -> fp32 logits (B, T, V).
@@ -262,12 +271,18 @@ class LLaDA2MoE(nn.Module):
         mask: bool (T, S) with S = start+T keys when a cache is given, else S = T; None = all visible.
         With a cache, keys/values of positions [0, start) are read from it and this call's are written
         at [start, start+T) (committed only by `cache.commit`). positions (T,) overrides the absolute
-        positions used by RoPE (training lays a clean and a noisy copy of a sequence side by side)."""
+        positions used by RoPE (training lays a clean and a noisy copy of a sequence side by side).
+
+        Static path (CUDA graphs, `llada.graphs`): `start` a 0-d long tensor on the device, a cache,
+        and a mask over all cache.capacity keys. Nothing then depends on start's value on the host."""
         B, T = input_ids.shape
-        if cache is None and start:
+        static = isinstance(start, torch.Tensor)
+        if static and (cache is None or mask is None or mask.shape[-1] != cache.capacity):
+            raise ValueError("a tensor start needs a KV cache and a (T, cache.capacity) mask")
+        if cache is None and not static and start:
             raise ValueError("start > 0 needs a KV cache holding the earlier positions")
         if positions is None:
-            positions = torch.arange(start, start + T, device=input_ids.device)
+            positions = start + torch.arange(T, device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)
         x = self.word_embeddings(input_ids)  # (B, T, H)
         for layer in self.layers:

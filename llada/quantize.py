@@ -2,10 +2,13 @@
 
 `quantize_model_fp8(model)` replaces every routed-expert block `layer.mlp.experts` (an `Experts`
 module with w13 (E, 2I, H) and w2 (E, H, I)) by an `FP8Experts` holding float8_e4m3fn weights and
-one fp32 scale per 128x128 tile, quantized once here. With `dense=True` the dense linears of the
-layers (attention projections, dense SwiGLU, shared experts) become `FP8Linear` too; the router and
-the embeddings / lm_head stay as they are. Forward contracts do not change, so the decode loop is
-untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA, PyTorch else.
+one fp32 scale per 128x128 tile, quantized once here. On the Triton kernels the router
+`layer.mlp.gate` becomes a `FusedRouter` too (same weights, two kernels instead of ~15 ATen ops), so
+one MoE layer is seven launches with no host sync: a CUDA graph can hold it. With `dense=True` the
+dense linears of the layers (attention projections, dense SwiGLU, shared experts) become
+`FP8Linear`; the embeddings / lm_head stay as they are. Forward contracts do not change, so the
+decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA,
+PyTorch else.
 Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
 to another device is fine).
 """
@@ -16,7 +19,9 @@ import torch
 from torch import nn
 
 from . import kernels
-from .model import Experts, LLaDA2MoE
+from .model import Experts, LLaDA2MoE, Router
+
+ROUTER_SETTINGS = {"top_k", "n_group", "topk_group", "scale", "training"}  # what the router kernel implements
 
 
 class FP8Experts(nn.Module):
@@ -83,6 +88,26 @@ class FP8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, fp8, impl={self.impl}"
 
 
+class FusedRouter(Router):
+    """`Router` on the Triton kernels of `llada.kernels.router`: same parameters, same state-dict keys."""
+
+    def __init__(self, router: Router):
+        nn.Module.__init__(self)
+        self.weight = router.weight  # the same Parameter and buffer objects: nothing is copied
+        self.register_buffer("expert_bias", router.expert_bias)
+        self.top_k, self.n_group, self.topk_group = router.top_k, router.n_group, router.topk_group
+        self.scale = router.scale
+
+    @staticmethod
+    def supports(router: nn.Module) -> bool:
+        """Only a plain Router whose settings the kernel implements (a newer setting keeps the reference)."""
+        return type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32."""
+        return kernels.route(h, self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale)
+
+
 def _quantize_linears(module: nn.Module, impl: str) -> int:
     """Swap every nn.Linear below `module` for an FP8Linear; returns how many."""
     swapped = 0
@@ -98,11 +123,13 @@ def _quantize_linears(module: nn.Module, impl: str) -> int:
 @torch.no_grad()
 def quantize_model_fp8(model: LLaDA2MoE, impl: str = "auto", dense: bool = False) -> LLaDA2MoE:
     """Quantize `model` in place (routed experts; with dense=True also the layers' dense linears)."""
-    kernels.resolve_impl(impl, model.word_embeddings.weight)
+    fused = kernels.resolve_impl(impl, model.word_embeddings.weight) == "triton"
     for layer in model.layers:
         experts = getattr(layer.mlp, "experts", None)
         if isinstance(experts, Experts):
             layer.mlp.experts = FP8Experts.from_experts(experts, impl)
+        if fused and FusedRouter.supports(getattr(layer.mlp, "gate", None)):
+            layer.mlp.gate = FusedRouter(layer.mlp.gate)
         if dense:
             _quantize_linears(layer.attention, impl)
             _quantize_linears(layer.mlp, impl)  # dense SwiGLU or the shared experts (router is not a Linear)

@@ -1,4 +1,4 @@
-"""`python -m llada.bench decode` runs and reports comparable cache-on / cache-off runs."""
+"""`python -m llada.bench decode` runs and reports comparable runs: cache on / off, each forward path."""
 
 import json
 
@@ -7,13 +7,15 @@ from llada.bench.__main__ import main
 
 def test_decode_bench_smoke(tmp_path):
     out = tmp_path / "decode.json"
-    assert main(["decode", "--gen-lengths", "8", "--threads", "1", "--out", str(out)]) == 0
+    argv = ["decode", "--gen-lengths", "8", "--threads", "1", "--forward", "dynamic", "static", "--out", str(out)]
+    assert main(argv) == 0
     report = json.loads(out.read_text())
-    on, off = sorted(report["runs"], key=lambda r: not r["cache"])
-    assert on["cache"] and not off["cache"]
-    # tau_mask 1.0 and no editing: one token per forward, so both variants do the same work
+    runs = {(r["cache"], r["forward"]): r for r in report["runs"]}
+    assert set(runs) == {(True, "dynamic"), (True, "static"), (False, "dynamic")}
+    on, static, off = runs[True, "dynamic"], runs[True, "static"], runs[False, "dynamic"]
+    # tau_mask 1.0 and no editing: one token per forward, so every variant does the same work
     # (16 prompt tokens + 8 masks fill one block of 32: 16 drafts and one verification forward)
-    assert on["decode_forwards"] == off["decode_forwards"] == 17 and on["tokens"] == 8
+    assert on["decode_forwards"] == off["decode_forwards"] == static["decode_forwards"] == 17 and on["tokens"] == 8
     assert report["cache_speedup"]["8"] == round(off["seconds"] / on["seconds"], 2)  # uncached time / cached time
 
 

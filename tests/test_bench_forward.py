@@ -22,8 +22,13 @@ def test_forward_bench_smoke(tmp_path, capsys):
     assert forward.main(argv) == 0
     report = json.loads(out.read_text())
     assert report["smoke"] is True and report["quantize"] == "fp8" and report["prefix"] == 64
-    assert report["forward_ms"] > 0 and set(report["tps_at_tpf"]) == {"5.34", "12.32"}
-    assert report["report_tps"] == 1586.93
+    assert report["path"] == "static forward, eager"  # the decode loop's static forward; graphs need CUDA
+    assert set(report["tps_at_tpf"]) == {"5.34", "12.32"} and report["report_tps"] == 1586.93
+    parts = report["bytes"]
+    assert parts["total"] == parts["non_expert_weights"] + parts["routed_experts_touched"] + parts["kv_cache"]
+    assert 0 < parts["experts_touched_per_layer"] <= 16  # of the smoke model's 16 experts
+    assert report["host_syncs_per_forward"] > 0  # the PyTorch reference experts read counts on the host
+    assert {"date", "torch", "device", "eager_ms", "share_of_copy"} <= set(report)
     assert "per forward" in capsys.readouterr().err
 
 

@@ -1,11 +1,15 @@
-"""The kernels benchmark runs its smoke size on CPU and writes a JSON report."""
+"""The kernels benchmark runs its smoke size on CPU (reference and interpreted Triton kernels, tuning)."""
 
 import json
 
 import pytest
 import torch
 
+from llada import kernels as kernel_pkg
 from llada.bench import kernels
+from llada.kernels import configs
+
+needs_triton = pytest.mark.skipif(not kernel_pkg.triton_available(), reason="triton is not installed")
 
 
 @pytest.fixture(autouse=True)
@@ -15,11 +19,31 @@ def keep_threads():
     torch.set_num_threads(threads)
 
 
-def test_kernels_bench_smoke(tmp_path, capsys):
+def test_kernels_bench_smoke_with_reference_kernels(tmp_path, capsys):
     out = tmp_path / "kernels.json"
     assert kernels.main(["--smoke", "--tokens", "1", "8", "--iters", "1", "--threads", "1", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["smoke"] is True and report["tokens"] == [1, 8]
+    assert report["smoke"] is True and report["tokens"] == [1, 8] and report["impl"] == "torch"
+    assert {"date", "torch", "triton", "device"} <= set(report)
     row = report["rows"][1]
-    assert row["fp8_ms"] > 0 and 0 < row["share_of_copy_bandwidth"] and "speedup_vs_reference" in row
+    assert row["experts_touched"] <= 8 and row["layer_bytes"] > row["weight_bytes"]  # + router weight, x, out
+    assert "gemm_ms" not in row  # the reference has no launch list to time GEMMs alone
+    assert row["rel_rmse_vs_reference"] < 0.12  # four e4m3 roundings on the path (see test_kernels_moe)
     assert "M=   8" in capsys.readouterr().err  # progress is shown
+
+
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the smoke run of the interpreted kernels is for CPU")
+def test_kernels_bench_tunes_and_times_the_triton_gemms(tmp_path):
+    out, table = tmp_path / "kernels.json", tmp_path / "tuned.json"
+    argv = ["--smoke", "--impl", "triton", "--tokens", "1", "--iters", "1", "--threads", "1", "--tune",
+            "--tune-limit", "2", "--tune-out", str(table), "--out", str(out)]
+    assert kernels.main(argv) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert {"gemm_ms", "gemm_share_of_copy", "layer_share_of_copy", "config"} <= set(row)
+    assert row["rel_rmse_vs_reference"] < 0.12  # four e4m3 roundings on the path
+    tuned = json.loads(table.read_text())
+    entry = tuned["shapes"]["H192-I40-E8-K2"][0]
+    assert len(entry["candidates"]) == 2 and entry["gemm_ms"] == min(c["gemm_ms"] for c in entry["candidates"])
+    assert configs.tuned_config(tuned, 1, "H192-I40-E8-K2") == configs.MoEConfig(**entry["config"])
+    assert "kernels --smoke" in tuned["command"]

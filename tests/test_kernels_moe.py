@@ -1,21 +1,25 @@
-"""Fused FP8 MoE: routing, Triton (under the CPU interpreter) against the PyTorch reference and fp32."""
+"""Fused FP8 MoE: Triton against the PyTorch reference and fp32 experts, every tile path, odd shapes, NaN.
+
+The Triton tests run the compiled kernels on a CUDA device when there is one, and Triton's CPU
+interpreter otherwise (tests/conftest.py sets TRITON_INTERPRET=1 only where no CUDA device is present).
+"""
 
 import pytest
 import torch
 
 from llada import kernels
+from llada.kernels.configs import MoEConfig
 from llada.kernels.reference import rel_rmse
-from llada.kernels.routing import padded_rows, sort_by_expert
 from llada.model import Experts
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 # Triton vs reference: identical fp8 products, fp32 sums in another order; that can flip one rounding
 # of the re-quantized intermediate (a 6-12% step on a rare element), hence not 1e-6.
 TRITON_VS_REF = 1e-2
 # fp8 vs fp32 experts: four e4m3 roundings on the path (x, w13, h, w2), ~3.6% rms each.
 FP8_VS_FP32 = 0.12
-
 
 
 def make_case(T, H, I, E, K, seed=0, ids=None):
@@ -30,24 +34,17 @@ def make_case(T, H, I, E, K, seed=0, ids=None):
     return x, experts, ids, weights
 
 
+def quantized(experts, impl="torch"):
+    return (*kernels.quantize_weight_fp8(experts.w13.data, impl=impl),
+            *kernels.quantize_weight_fp8(experts.w2.data, impl=impl))
+
+
 def run(impl, x, experts, ids, weights):
-    w13, s13 = kernels.quantize_weight_fp8(experts.w13.data, impl=impl)
-    w2, s2 = kernels.quantize_weight_fp8(experts.w2.data, impl=impl)
-    return kernels.fused_moe_fp8(x, w13, s13, w2, s2, ids, weights, impl=impl)
-
-
-def test_sort_by_expert_pads_each_run_to_the_tile():
-    pairs, block_expert = sort_by_expert(torch.tensor([[2, 0], [2, 1]]), num_experts=3, block_m=2)
-    assert pairs.tolist() == [1, 4, 3, 4, 0, 2, 4, 4]  # 4 = T*K marks padding
-    assert block_expert.tolist() == [0, 1, 2, -1]
-
-
-def test_sort_by_expert_skips_empty_experts():
-    ids = torch.tensor([[5], [5], [0], [5]])  # experts 1..4 get nothing
-    pairs, block_expert = sort_by_expert(ids, num_experts=6, block_m=16)
-    assert pairs.numel() == padded_rows(4, 6, 16) == 64  # worst case: 4 non-empty experts, sizes fixed by shape
-    assert block_expert.tolist() == [0, 5, -1, -1]
-    assert pairs[:16].tolist() == [2] + [4] * 15 and pairs[16:20].tolist() == [0, 1, 3, 4]
+    if impl == "torch":
+        return kernels.fused_moe_fp8(x, *quantized(experts), ids, weights, impl="torch")
+    fp8 = [t.to(DEVICE) for t in quantized(experts, impl="torch")]  # the same codes on both sides
+    out = kernels.fused_moe_fp8(x.to(DEVICE), *fp8, ids.to(DEVICE), weights.to(DEVICE), impl="triton")
+    return out.cpu()
 
 
 CASES = {  # name: (T, H, I, E, K, ids); real sizes are H 2048, I 512, E 256, K 8
@@ -70,6 +67,54 @@ def test_fused_moe_triton_matches_reference(name):
     out_ref = run("torch", x, experts, ids, weights)
     assert out_tri.shape == (T, H) and out_tri.dtype == x.dtype
     assert rel_rmse(out_tri, out_ref) < TRITON_VS_REF
+
+
+TILE_PATHS = {  # every tile shape the configuration table can choose, swapped and not, with split-K
+    "m16_swap": MoEConfig(block_m=16),
+    "m16_swap_split4_n128": MoEConfig(block_m=16, up_n=128, up_split_k=4, down_n=128),
+    "m32_swap_split2": MoEConfig(block_m=32, up_split_k=2),
+    "m64_swap": MoEConfig(block_m=64, up_n=128),
+    "m64_plain": MoEConfig(block_m=64, swap_ab=False, up_n=128, down_n=128, up_stages=3, down_stages=3),
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("path", list(TILE_PATHS))
+def test_every_tile_path_matches_reference(path):
+    from llada.kernels import fused_moe
+
+    x, experts, ids, weights = make_case(5, 136, 136, 3, 2, seed=4)  # partial 128-tiles along H and I
+    fp8 = [t.to(DEVICE) for t in quantized(experts)]
+    out = fused_moe.fused_moe_fp8(x.to(DEVICE), *fp8, ids.to(DEVICE), weights.to(DEVICE), config=TILE_PATHS[path])
+    assert rel_rmse(out.cpu(), run("torch", x, experts, ids, weights)) < TRITON_VS_REF
+
+
+@needs_triton
+def test_bf16_activations():
+    x, experts, ids, weights = make_case(6, 96, 40, 6, 2, seed=5)
+    out = run("triton", x.bfloat16(), experts, ids, weights)
+    assert out.dtype == torch.bfloat16
+    # one bf16 rounding of the output (2^-9 rms step); Triton's CPU interpreter truncates instead of
+    # rounding to nearest (up to 2^-8), which this bound also admits
+    assert rel_rmse(out, run("torch", x.bfloat16(), experts, ids, weights)) < 1e-2
+
+
+@needs_triton
+def test_nan_in_a_token_reaches_only_its_output_row():
+    x, experts, ids, weights = make_case(7, 96, 40, 6, 2, seed=6)
+    x[3, 17] = float("nan")
+    for impl in ("torch", "triton"):
+        out = run(impl, x, experts, ids, weights)
+        assert torch.isnan(out).any(dim=1).tolist() == [t == 3 for t in range(7)], impl
+        assert torch.isnan(out[3]).all(), impl  # the whole row, not a saturated +-448 * scale
+
+
+@needs_triton
+def test_inf_in_a_weight_tile_is_not_saturated_away():
+    x, experts, ids, weights = make_case(5, 64, 40, 4, 4, seed=7)  # top_k = E: every token uses expert 2
+    experts.w2.data[2, 10, 3] = float("inf")  # that tile's scale is Inf: every code of it dequantizes to NaN
+    for impl in ("torch", "triton"):  # (the CPU interpreter decodes the NaN code as -inf: non-finite too)
+        assert not torch.isfinite(run(impl, x, experts, ids, weights)).any(), impl
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -96,8 +141,19 @@ def test_fused_moe_triton_no_tokens():
 def test_fp8_linear(impl):
     g = torch.Generator().manual_seed(3)
     w, x = torch.randn(72, 200, generator=g), torch.randn(2, 5, 200, generator=g)  # N, K not multiples of 128
-    q, s = kernels.quantize_weight_fp8(w, impl=impl)
-    y = kernels.fp8_linear(x, q, s, impl=impl)
+    q, s = kernels.quantize_weight_fp8(w, impl="torch")
+    device = DEVICE if impl == "triton" else torch.device("cpu")
+    y = kernels.fp8_linear(x.to(device), q.to(device), s.to(device), impl=impl).cpu()
     assert y.shape == (2, 5, 72)
     assert rel_rmse(y, x @ w.T) < 0.07  # two e4m3 roundings (x, w), ~3.6% rms each
     assert rel_rmse(y, kernels.fp8_linear(x, q, s, impl="torch")) < 1e-5  # no re-quantized intermediate
+
+
+@needs_triton
+@pytest.mark.parametrize("M", [1, 24, 70])  # the three tile heights: 16 and 32 swapped, 64 plain
+def test_fp8_linear_tile_heights(M):
+    g = torch.Generator().manual_seed(M)
+    w, x = torch.randn(136, 256, generator=g), torch.randn(M, 256, generator=g)
+    q, s = kernels.quantize_weight_fp8(w, impl="torch")
+    y = kernels.fp8_linear(x.to(DEVICE), q.to(DEVICE), s.to(DEVICE), impl="triton").cpu()
+    assert rel_rmse(y, kernels.fp8_linear(x, q, s, impl="torch")) < 1e-5  # same codes, fp32 sums

@@ -11,9 +11,11 @@ from llada.config import ModelConfig
 from llada.config import DecodeConfig
 from llada.decode import generate
 from llada.model import Experts, LLaDA2MoE, block_causal_mask
-from llada.quantize import FP8Experts, FP8Linear, quantize_model_fp8
+from llada.model import Router
+from llada.quantize import FP8Experts, FP8Linear, FusedRouter, quantize_model_fp8
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # compiled kernels on a GPU, else the interpreter
 
 
 def tiny_model(seed=0) -> LLaDA2MoE:
@@ -63,9 +65,34 @@ def test_triton_and_torch_models_agree():
     ids = torch.randint(0, 99, (1, 9), generator=torch.Generator().manual_seed(1))
     mask = block_causal_mask(torch.arange(9) // 4)
     with torch.no_grad():
-        tri = quantize_model_fp8(tiny_model(), impl="triton", dense=True)(ids, mask=mask)
+        tri = quantize_model_fp8(tiny_model().to(DEVICE), impl="triton", dense=True)
+        tri = tri(ids.to(DEVICE), mask=mask.to(DEVICE)).cpu()
         ref = quantize_model_fp8(tiny_model(), impl="torch", dense=True)(ids, mask=mask)
     assert rel_rmse(tri, ref) < 1e-2  # same fp8 codes; fp32 sum order may flip a rare intermediate rounding
+
+
+@needs_triton
+def test_triton_quantization_fuses_the_router_and_keeps_the_state_dict():
+    model = tiny_model().to(DEVICE)
+    keys = set(model.state_dict())
+    router = model.layers[1].mlp.gate
+    quantize_model_fp8(model, impl="triton")
+    fused = model.layers[1].mlp.gate
+    assert isinstance(fused, FusedRouter) and fused.weight is router.weight  # shared, not copied
+    assert {k for k in model.state_dict() if ".gate." in k} == {k for k in keys if ".gate." in k}
+    h = torch.randn(7, 96, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    with torch.no_grad():
+        ids, w = fused(h)
+        ref_ids, ref_w = router(h)
+    assert torch.equal(ids, ref_ids) and torch.allclose(w, ref_w, rtol=1e-5, atol=1e-6)  # fp32 sum order only
+
+
+def test_reference_quantization_keeps_the_router_and_unknown_routers_stay():
+    model = quantize_model_fp8(tiny_model(), impl="torch")
+    assert type(model.layers[1].mlp.gate) is Router  # the PyTorch path keeps the model's own router
+    router = tiny_model().layers[1].mlp.gate
+    router.score_function = "softmax"  # a setting the router kernel does not implement
+    assert not FusedRouter.supports(router) and FusedRouter.supports(tiny_model().layers[1].mlp.gate)
 
 
 @pytest.fixture(scope="module")

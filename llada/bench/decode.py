@@ -1,20 +1,24 @@
-"""Decode speed on CPU: forwards per second and tokens per second, KV cache on and off.
+"""Decode speed: forwards per second and tokens per second, KV cache on and off, each forward path.
 
-A random model of LLaDA2.1-mini's proportions, scaled down (hidden 256, 8 groups of 4 experts, top-8,
-expert width hidden/4, GQA 4:1, partial rotary 0.5), decodes the same prompt at each gen_length with
-the cache on and off. Editing is off and τ_mask is 1.0, so every run drafts one token per forward and
-both variants do the same number of forwards: the time ratio is the per-forward cost ratio.
+A random model decodes the same prompt at each gen_length with the cache on and off, and with the
+cache on along each forward path of the loop (`llada.decode`: "dynamic" slices the cache, "graph"
+replays CUDA graphs of the static forward). Editing is off and τ_mask is 1.0, so every run drafts
+one token per forward and all variants do the same number of forwards: time ratios are per-forward
+cost ratios (a trained model drafts several tokens per forward; TPS = TPF x forwards/s).
 
     python -m llada.bench decode [--gen-lengths 64 512] [--out bench/results/decode-cpu.json]
+    python -m llada.bench decode --shape llada2.1-mini --quantize fp8      # on a GPU: dynamic vs graph
+
+The default model has LLaDA2.1-mini's proportions scaled down (hidden 256, 8 groups of 4 experts,
+top-8, expert width hidden/4, GQA 4:1, partial rotary 0.5); `--shape llada2.1-mini` builds the real
+sizes (random weights, bf16; FP8 routed experts with `--quantize fp8`), for a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
@@ -23,6 +27,9 @@ from tqdm import tqdm
 from ..config import ModelConfig
 from ..decode import DecodeConfig, generate
 from ..model import LLaDA2MoE
+from ..quantize import quantize_model_fp8
+from .forward import SHAPES, random_model
+from .timing import device_info, sync
 
 MINI_PROPORTIONS = {"vocab_size": 8192, "hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4,
                     "num_key_value_heads": 1, "head_dim": 64, "partial_rotary_factor": 0.5,
@@ -32,58 +39,80 @@ MINI_PROPORTIONS = {"vocab_size": 8192, "hidden_size": 256, "num_hidden_layers":
                     "max_position_embeddings": 4096}
 
 
-def random_model(seed: int = 0) -> LLaDA2MoE:
-    return LLaDA2MoE(ModelConfig(**MINI_PROPORTIONS)).init_weights(seed=seed).eval().requires_grad_(False)
+def build_model(shape: str, device: torch.device, quantize: str) -> tuple[LLaDA2MoE, dict]:
+    sizes = MINI_PROPORTIONS if shape == "proportions" else SHAPES[shape] | {"max_position_embeddings": 4096}
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = random_model(ModelConfig(**sizes), device, dtype)
+    if quantize == "fp8":
+        quantize_model_fp8(model)  # Triton kernels and fused routers on CUDA, the references on CPU
+    return model, sizes
 
 
-def run_one(model: LLaDA2MoE, prompt: list[int], gen_length: int, use_cache: bool) -> dict:
+def run_one(model: LLaDA2MoE, prompt: list[int], gen_length: int, use_cache: bool, forward: str) -> dict:
     vocab = model.config.vocab_size
     cfg = DecodeConfig(threshold=1.0, editing_threshold=None, gen_length=gen_length, block_length=32,
                        use_cache=use_cache)
+    sync(model.device)
     start = time.perf_counter()
-    result = generate(model, prompt, cfg, mask_id=vocab - 1, eos_id=vocab - 2)
+    result = generate(model, prompt, cfg, mask_id=vocab - 1, eos_id=vocab - 2, forward=forward)
+    sync(model.device)
     seconds = time.perf_counter() - start
-    return {"gen_length": gen_length, "cache": use_cache, "tokens": len(result.output_ids),
+    return {"gen_length": gen_length, "cache": use_cache, "forward": forward, "tokens": len(result.output_ids),
             "decode_forwards": result.num_decode_forwards, "cache_forwards": result.num_cache_forwards,
             "seconds": round(seconds, 4), "forwards_per_s": round(result.forwards / seconds, 2),
             "tps": round(len(result.output_ids) / seconds, 2), "tpf": round(result.tpf, 3)}
 
 
-def main(argv: list[str]) -> int:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llada.bench decode", description=__doc__.split("\n")[0])
     parser.add_argument("--gen-lengths", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--prompt-length", type=int, default=16)
+    parser.add_argument("--shape", choices=["proportions", "llada2.1-mini"], default="proportions")
+    parser.add_argument("--quantize", choices=["none", "fp8"], default="none")
+    parser.add_argument("--forward", nargs="+", default=None, choices=["dynamic", "static", "graph"],
+                        help="cached forward paths to time (default: dynamic; dynamic and graph on CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", default="bench/results/decode-cpu.json")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/decode-<device>.json)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = random_model()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    paths = args.forward or (["dynamic", "graph"] if device.type == "cuda" else ["dynamic"])
+    model, sizes = build_model(args.shape, device, args.quantize)
     prompt = torch.randint(0, model.config.vocab_size - 2, (args.prompt_length,),
                            generator=torch.Generator().manual_seed(1)).tolist()
-    run_one(model, prompt, 32, True)  # warm-up
+    for path in paths:
+        run_one(model, prompt, 32, True, path)  # warm-up (Triton compiles, graphs are per run)
+    plan = [(g, True, p) for g in args.gen_lengths for p in paths] + [(g, False, "dynamic") for g in args.gen_lengths]
     runs = []
-    for gen, cache in tqdm([(g, c) for g in args.gen_lengths for c in (True, False)], desc="decode bench"):
-        runs.append(run_one(model, prompt, gen, cache))
+    for gen, cache, path in tqdm(plan, desc="decode bench"):
+        runs.append(run_one(model, prompt, gen, cache, path))
         tqdm.write(_line(runs[-1]))
-    speedup = {g: _ratio(runs, g) for g in args.gen_lengths}
-    report = {"date": date.today().isoformat(), "device": "cpu", "cpu": platform.processor() or platform.machine(),
-              "threads": torch.get_num_threads(), "model": MINI_PROPORTIONS, "prompt_length": args.prompt_length,
-              "runs": runs, "cache_speedup": speedup}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    speedup = {g: _ratio(runs, g, paths[0]) for g in args.gen_lengths}
+    report = device_info(device) | {
+        "bench": "decode", "threads": torch.get_num_threads(), "shape": args.shape, "model": sizes,
+        "dtype": str(model.dtype).removeprefix("torch."), "quantize": args.quantize,
+        "prompt_length": args.prompt_length, "runs": runs, "cache_speedup": speedup}
+    out = Path(args.out or f"bench/results/decode-{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     for g, s in speedup.items():
-        print(f"gen_length {g}: cached run {s:.2f}x faster than uncached")
-    print(f"wrote {args.out}")
+        print(f"gen_length {g}: cached run ({paths[0]}) {s:.2f}x faster than uncached")
+    print(f"wrote {out}")
     return 0
 
 
-def _ratio(runs: list[dict], gen: int) -> float:
-    by = {r["cache"]: r["seconds"] for r in runs if r["gen_length"] == gen}
-    return round(by[False] / by[True], 2)
+def _ratio(runs: list[dict], gen: int, path: str) -> float:
+    cached = next(r for r in runs if r["gen_length"] == gen and r["cache"] and r["forward"] == path)
+    plain = next(r for r in runs if r["gen_length"] == gen and not r["cache"])
+    return round(plain["seconds"] / cached["seconds"], 2)
 
 
 def _line(r: dict) -> str:
-    return (f"gen {r['gen_length']:4d} cache {'on ' if r['cache'] else 'off'}: {r['forwards_per_s']:7.1f} forwards/s, "
-            f"{r['tps']:7.1f} tokens/s, {r['decode_forwards']} decode + {r['cache_forwards']} cache forwards, "
-            f"{r['seconds']:.2f} s")
+    return (f"gen {r['gen_length']:4d} cache {'on ' if r['cache'] else 'off'} {r['forward']:7s}: "
+            f"{r['forwards_per_s']:7.1f} forwards/s, {r['tps']:7.1f} tokens/s, {r['decode_forwards']} decode + "
+            f"{r['cache_forwards']} cache forwards, {r['seconds']:.2f} s")

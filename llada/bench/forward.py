@@ -1,14 +1,21 @@
 """One decode forward of a LLaDA2.1-mini-shaped model: a 32-token block over a 1,024-token cached prefix.
 
-The model is built from a `ModelConfig` with random weights (routing is then near uniform, the
-bandwidth-heavy case), optionally with FP8 routed experts (`llada.quantize`). The prefix is written
-into the KV cache once; the timed call is `model(block, start=prefix, cache=cache)`, the call the
-decoder makes at every step. TPS at a given TPF is TPF / forward time, shown next to the 1586.93 TPS
-the LLaDA2.1 report gives for mini (batch and hardware unstated).
+The model is built from a `ModelConfig` with random weights (routing is then near uniform: ~163 of
+256 experts touched per layer at 32 tokens, the bandwidth-heavy case), its routed experts in FP8
+(`llada.quantize`: on CUDA the Triton kernels and the fused router). The prefix is written into the
+KV cache once; the timed call is the decode loop's own cached forward, `llada.graphs.StepGraphs`:
+the static-shape forward recorded as a CUDA graph (`graph_ms`), and the same forward eagerly
+(`eager_ms`, the dynamic path the loop takes without graphs). TPS at a given TPF is TPF / forward
+time, shown next to the 1586.93 TPS the LLaDA2.1 report gives for mini (batch and hardware unstated).
 
-    python -m llada.bench forward --shape llada2.1-mini --random-weights [--quantize fp8] [--cuda-graph]
+Bytes per forward: every weight the forward reads once (attention, dense and shared MLPs, router,
+norms, lm_head, embedding rows ~0), the routed experts the block's routing touches (measured from
+the router on this input), and the KV cache read; GB/s over the graph time is reported as a share
+of the measured copy bandwidth. The roofline at 4.3 TB/s is ~2.6 ms; the target is 3.9 ms on an H200.
 
-On a machine without CUDA it runs a smoke-size model and says so in the JSON.
+    python -m llada.bench forward --shape llada2.1-mini --random-weights [--quantize fp8|none]
+
+Without CUDA it runs a smoke-size model (static forward, no graph) and says so in the JSON.
 """
 
 from __future__ import annotations
@@ -16,16 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import date
 from pathlib import Path
 
 import torch
 
 from ..config import ModelConfig
+from ..graphs import StepGraphs
 from ..kernels import IMPLS, resolve_impl
+from ..kernels.launch import count_launches
 from ..model import LLaDA2MoE, block_causal_mask
-from ..quantize import quantize_model_fp8
-from .kernels import _device_name, sync, timeit
+from ..quantize import FP8Experts, quantize_model_fp8
+from .timing import copy_gb_per_s, device_info, time_ms
 
 PAPER_TPS = 1586.93  # LLaDA2.1-mini peak, HumanEval+, TPF 12.32
 TPFS = (5.34, 12.32)  # S-mode average and the HumanEval+ peak
@@ -62,18 +70,28 @@ def prefill(model: LLaDA2MoE, prefix: int, block: int, generator: torch.Generato
     return cache, ids[:, prefix:]
 
 
-def graphed(step, device: torch.device):
-    """Capture `step` in a CUDA graph (after warm-up on a side stream); returns its replay."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay
+def forward_bytes(model: LLaDA2MoE, block_ids: torch.Tensor, cache, prefix: int) -> dict:
+    """Bytes one cached forward reads: non-expert weights, touched experts (measured), KV cache."""
+    experts = [m for m in model.modules() if isinstance(m, FP8Experts)]
+    expert_params = sum(b.numel() * b.element_size() for m in experts for b in m.buffers())
+    other = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "word_embeddings" not in n)
+    touched = _touched_fraction(model, block_ids, prefix, cache)
+    kv = 2 * cache.k[:, :, :, :prefix + block_ids.shape[1]].numel() * cache.k.element_size()
+    return {"non_expert_weights": other, "routed_experts_touched": int(expert_params * touched),
+            "kv_cache": kv, "experts_touched_per_layer": round(touched * model.config.num_experts, 1),
+            "total": other + int(expert_params * touched) + kv}
+
+
+def _touched_fraction(model: LLaDA2MoE, block_ids, prefix: int, cache) -> float:
+    """Mean share of experts the block's routing touches per MoE layer (hooks on the routers)."""
+    seen = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, out: seen.append(out[0].unique().numel()))
+             for layer in model.layers if hasattr(layer.mlp, "gate")]
+    with torch.inference_mode():
+        model(block_ids, start=prefix, cache=cache)
+    for h in hooks:
+        h.remove()
+    return sum(seen) / max(len(seen), 1) / model.config.num_experts
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -84,8 +102,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--impl", choices=IMPLS, default="auto")
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--prefix", type=int, default=1024)
-    parser.add_argument("--iters", type=int, default=None)
-    parser.add_argument("--cuda-graph", action="store_true", help="time a CUDA-graph replay of the step")
+    parser.add_argument("--iters", type=int, default=None, help="timed calls on CPU")
     parser.add_argument("--smoke", action="store_true", help="small model (automatic without CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/forward-<device>.json)")
@@ -112,34 +129,35 @@ def main(argv: list[str]) -> int:
         print(f"[forward] quantizing routed experts to fp8 ({args.impl} kernels)", file=sys.stderr)
         quantize_model_fp8(model, impl=args.impl)
     cache, block = prefill(model, prefix, args.block, torch.Generator(device=device).manual_seed(0))
-    print(f"[forward] prefix {prefix} cached; timing {iters} forwards of {args.block} tokens", file=sys.stderr)
-    seconds = _time_step(model, cache, block, prefix, device, args.cuda_graph, iters)
-    report = _report(args, device, smoke, shape_name, prefix, iters, dtype, seconds)
+    print(f"[forward] prefix {prefix} cached; timing forwards of {args.block} tokens", file=sys.stderr)
+    report = device_info(device) | _measure(model, cache, block, prefix, args.block, device, iters)
+    report |= {"bench": "forward", "smoke": smoke, "shape": shape_name, "config": SHAPES[shape_name],
+               "dtype": str(dtype).removeprefix("torch."), "quantize": args.quantize, "impl": args.impl,
+               "block": args.block, "prefix": prefix, "report_tps": PAPER_TPS,
+               "tps_at_tpf": {str(t): t / (report["forward_ms"] / 1e3) for t in TPFS}}
     out = Path(args.out or f"bench/results/forward-{device.type}{'-smoke' if smoke else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"[forward] {seconds * 1e3:.3f} ms per forward; TPS at TPF {TPFS}: "
+    print(f"[forward] {report['forward_ms']:.3f} ms per forward ({report['path']}); TPS at TPF {TPFS}: "
           f"{[round(r, 1) for r in report['tps_at_tpf'].values()]} (report: {PAPER_TPS}); wrote {out}",
           file=sys.stderr)
     return 0
 
 
-def _time_step(model, cache, block, prefix, device, cuda_graph: bool, iters: int) -> float:
-    def step():
-        with torch.inference_mode():
-            return model(block, start=prefix, cache=cache)  # the block sees the cache and itself
-
-    if cuda_graph:
-        step = graphed(step, device)
-    sync(device)
-    return timeit(step, device, iters)
-
-
-def _report(args, device, smoke, shape_name, prefix, iters, dtype, seconds) -> dict:
-    return {"bench": "forward", "date": date.today().isoformat(), "device": _device_name(device),
-            "smoke": smoke, "shape": shape_name, "config": SHAPES[shape_name],
-            "dtype": str(dtype).removeprefix("torch."),
-            "quantize": args.quantize, "impl": args.impl, "cuda_graph": args.cuda_graph, "block": args.block,
-            "prefix": prefix, "iters": iters, "forward_ms": seconds * 1e3,
-            "tps_at_tpf": {str(t): t / seconds for t in TPFS}, "report_tps": PAPER_TPS,
-            "torch": torch.__version__}
+def _measure(model, cache, block, prefix: int, B: int, device, iters: int) -> dict:
+    lo, hi = prefix, prefix + block.shape[1]
+    graphs = StepGraphs(model, cache, B, capture=device.type == "cuda")
+    with torch.inference_mode():
+        with count_launches() as count:  # one eager forward: how many kernels the graph replaces
+            model(block, start=prefix, cache=cache)
+        step = lambda: graphs(block, lo, hi, prefix // B)  # noqa: E731  (the decode loop's call)
+        step(), step()  # warm-up, then the recording on CUDA
+        static_ms = time_ms(step, device, iters)
+        eager_ms = time_ms(lambda: model(block, start=prefix, cache=cache), device, iters)
+    nbytes = forward_bytes(model, block, cache, prefix)
+    copy = copy_gb_per_s(device, (8 if device.type != "cuda" else 1024) << 20, iters)
+    return {"path": "cuda graph" if graphs.replays else "static forward, eager", "forward_ms": static_ms,
+            "eager_ms": eager_ms, "launches_per_forward": count.total, "host_syncs_per_forward": len(count.syncs),
+            "bytes": nbytes, "gb_per_s": nbytes["total"] / (static_ms / 1e3) / 1e9, "copy_gb_per_s": copy,
+            "share_of_copy": nbytes["total"] / (static_ms / 1e3) / 1e9 / copy,
+            "roofline_ms_at_copy": nbytes["total"] / (copy * 1e9) * 1e3}

@@ -1,61 +1,110 @@
-"""One MoE layer at M tokens: FP8 fused MoE against bf16 PyTorch, and against the copy bandwidth.
+"""One MoE layer at M tokens: the FP8 kernels against bf16 PyTorch and against the copy bandwidth.
 
-Routing is uniform top-K. A layer at batch M touches some experts; their fp8 weights (+ scales) and
-the activations are the bytes it must move, so bytes / time is its achieved bandwidth, reported
-next to a measured device copy (read + write of a large buffer). Baselines on the same routing: the
-bf16 `llada.model.Experts` loop and, where PyTorch has it, `torch._grouped_mm` in bf16.
+Per M (tokens in the call; the mini shape: H 2048, I 512, 256 experts, top-8 in 4 of 8 groups):
 
-    python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--out PATH]
+    layer      router logits + top-k + sort + quantize + gate/up + down + k-sum (the 7 launches)
+    gemm       the gate/up and down GEMMs alone, on the same routed pairs
+    reference  `llada.model.Experts` in bf16 (loop over touched experts) on the same routing
+    grouped_mm `torch._grouped_mm` in bf16 (two grouped GEMMs), where this PyTorch and GPU have it
 
-On a machine without CUDA it runs a smoke size with the PyTorch reference and says so in the JSON.
+On CUDA each FP8 variant is recorded in a CUDA graph and timed with `triton.testing.do_bench`, which
+zeroes a 256 MB buffer before every replay: the L2 cache holds no weights from the previous call.
+Bytes: `weight_bytes` = fp8 weights + tile scales of the experts the routing touches (what a layer
+must stream at least once); `layer_bytes` adds the bf16 router weight, x in and out. GB/s = bytes /
+median time, reported as a share of the measured device copy bandwidth (read + write of 2 GB).
+
+`--tune` measures the configurations of `llada.kernels.configs.candidates` on the GEMMs at each M
+(tile heights: the default's and the next; each candidate first checked against the default
+configuration's output) and writes the winners, with every candidate's time, to
+`llada/kernels/tuned/<gpu>.json`, which the kernels then use.
+
+    python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--tune] [--out PATH]
+
+Without CUDA it runs the smoke shape (the reference kernels, or Triton's interpreter with
+--impl triton and TRITON_INTERPRET=1) and says so in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from datetime import date
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .. import kernels
+from ..kernels import configs
+from ..kernels.launch import run
+from ..kernels.reference import rel_rmse
 from ..model import Experts
+from .timing import copy_gb_per_s, device_info, graphed, time_ms
 
-SHAPES = {  # hidden H, expert width I, experts E, experts per token K
-    "llada2.1-mini": {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8},
-    "smoke": {"hidden": 192, "inner": 40, "experts": 8, "top_k": 2},  # partial 128-tiles on purpose
+SHAPES = {  # hidden H, expert width I, experts E, experts per token K, router groups
+    "llada2.1-mini": {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, "topk_group": 4},
+    "smoke": {"hidden": 192, "inner": 40, "experts": 8, "top_k": 2, "n_group": 2, "topk_group": 1},  # partial tiles
 }
+ROUTED_SCALE = 2.5
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+@dataclass
+class Layer:
+    experts: Experts  # bf16 (fp32 on CPU) reference weights
+    router_w: torch.Tensor  # (E, H)
+    bias: torch.Tensor  # (E,)
+    fp8: tuple  # w13, w13_scale, w2, w2_scale
 
 
-def timeit(fn, device: torch.device, iters: int, warmup: int = 2) -> float:
-    """Median seconds of fn() over `iters` calls, after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        sync(device)
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str) -> Layer:
+    g = torch.Generator(device=device).manual_seed(0)
+    E, H, I = shape["experts"], shape["hidden"], shape["inner"]
+    experts = Experts(E, H, I).to(device=device, dtype=dtype).requires_grad_(False)
+    experts.w13.normal_(0, H ** -0.5, generator=g)
+    experts.w2.normal_(0, I ** -0.5, generator=g)
+    router_w = torch.randn(E, H, device=device, generator=g).to(dtype) * H ** -0.5
+    fp8 = (*kernels.quantize_weight_fp8(experts.w13, impl=impl), *kernels.quantize_weight_fp8(experts.w2, impl=impl))
+    return Layer(experts, router_w, torch.zeros(E, device=device), fp8)
 
 
-def copy_bandwidth(device: torch.device, nbytes: int, iters: int) -> float:
-    """GB/s of dst.copy_(src): nbytes read + nbytes written."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
-    dst = torch.empty_like(src)
-    return 2 * nbytes / timeit(lambda: dst.copy_(src), device, iters) / 1e9
+def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The routing the references use (the model's Router math): ids (M, K), weights (M, K)."""
+    from ..config import ModelConfig
+    from ..model import Router
+
+    cfg = ModelConfig(vocab_size=2, hidden_size=shape["hidden"], num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1,
+                      intermediate_size=1, moe_intermediate_size=shape["inner"], num_experts=shape["experts"],
+                      num_experts_per_tok=shape["top_k"], n_group=shape["n_group"], topk_group=shape["topk_group"],
+                      routed_scaling_factor=ROUTED_SCALE)
+    router = Router(cfg).to(x.device)
+    router.weight.data, router.expert_bias.data = layer.router_w.float(), layer.bias
+    return router(x)
+
+
+def fp8_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
+    """The output buffer, the layer's 7 launches and its 2 GEMM launches (Triton kernels)."""
+    from ..kernels import fused_moe, router
+
+    ids, weights, routing = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
+                                              shape["topk_group"], ROUTED_SCALE)
+    out, moe = fused_moe.plan_fused_moe(x, *layer.fp8, ids, weights, config)
+    gemm = [launch for launch in moe if launch.name in ("_up_kernel", "_down_kernel")]
+    return out, routing + moe, gemm
+
+
+def layer_input(M: int, shape: dict, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Seeded activations (M, H) for a measurement at M tokens."""
+    g = torch.Generator(device=device).manual_seed(M)
+    return torch.randn(M, shape["hidden"], device=device, generator=g).to(dtype)
+
+
+def weight_bytes(ids: torch.Tensor, shape: dict) -> int:
+    """fp8 weights + fp32 tile scales of the experts that `ids` touches."""
+    H, I = shape["hidden"], shape["inner"]
+    per_expert = 3 * H * I + 4 * (-(-2 * I // 128) * -(-H // 128) + -(-H // 128) * -(-I // 128))
+    return int(ids.unique().numel()) * per_expert
 
 
 def grouped_mm_moe(x, w13, w2, ids, weights):
@@ -72,44 +121,80 @@ def grouped_mm_moe(x, w13, w2, ids, weights):
     return torch.zeros_like(y).index_copy_(0, order, y).view(T, K, -1).sum(1)
 
 
-def layer_bytes(ids: torch.Tensor, shape: dict, act_bytes: int) -> int:
-    """Bytes one FP8 MoE layer must move: touched experts' fp8 weights and scales, x in, out."""
-    H, I = shape["hidden"], shape["inner"]
-    touched = ids.unique().numel()
-    weights = 3 * H * I + 4 * (-(-2 * I // 128) * -(-H // 128) + -(-H // 128) * -(-I // 128))
-    return touched * weights + 2 * ids.shape[0] * H * act_bytes
-
-
-def bench_tokens(M: int, experts: Experts, fp8: tuple, shape: dict, impl: str, iters: int) -> dict:
-    device, dtype = experts.w13.device, experts.w13.dtype
-    g = torch.Generator(device=device).manual_seed(M)
-    x = torch.randn(M, shape["hidden"], device=device, dtype=dtype, generator=g)
-    scores = torch.rand(M, shape["experts"], device=device, generator=g)
-    ids = scores.topk(shape["top_k"], dim=-1).indices  # (M, K) uniform routing
-    weights = torch.rand(M, shape["top_k"], device=device, generator=g)
-    t_fp8 = timeit(lambda: kernels.fused_moe_fp8(x, *fp8, ids, weights, impl=impl), device, iters)
-    t_ref = timeit(lambda: experts(x, ids, weights), device, iters)
-    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "fp8_ms": t_fp8 * 1e3,
-           "reference_ms": t_ref * 1e3, "speedup_vs_reference": t_ref / t_fp8,
-           "bytes": layer_bytes(ids, shape, x.element_size())}
-    row["fp8_gb_per_s"] = row["bytes"] / t_fp8 / 1e9
+def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> dict:
+    device, dtype = layer.router_w.device, layer.router_w.dtype
+    x = layer_input(M, shape, device, dtype)
+    ids, weights = route_reference(x, layer, shape)
+    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape)}
+    row["layer_bytes"] = row["weight_bytes"] + layer.router_w.numel() * layer.router_w.element_size() + 2 * x.nbytes
+    if impl == "triton":
+        out, launches, gemm = fp8_plan(x, layer, shape)
+        run(launches)  # fills the routing and quantized buffers the GEMM-only timing reads
+        row["config"] = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"],
+                                              _gpu(device)).to_dict()
+        row["layer_ms"] = time_ms(graphed(lambda: run(launches), device), device, iters)
+        row["gemm_ms"] = time_ms(graphed(lambda: run(gemm), device), device, iters)
+    else:  # the PyTorch reference kernels: no launch lists, so no GEMM-only time
+        row["layer_ms"] = time_ms(lambda: kernels.fused_moe_fp8(x, *layer.fp8, *route_reference(x, layer, shape),
+                                                                impl=impl), device, iters)
+        out = kernels.fused_moe_fp8(x, *layer.fp8, ids, weights, impl=impl)
+    row["reference_ms"] = time_ms(lambda: layer.experts(x, ids, weights), device, iters)
+    row["rel_rmse_vs_reference"] = rel_rmse(out, layer.experts(x, ids, weights))
+    row["speedup_vs_reference"] = row["reference_ms"] / row["layer_ms"]
     try:
-        t_gmm = timeit(lambda: grouped_mm_moe(x, experts.w13, experts.w2, ids, weights), device, iters)
-        row |= {"grouped_mm_ms": t_gmm * 1e3, "speedup_vs_grouped_mm": t_gmm / t_fp8}
+        row["grouped_mm_ms"] = time_ms(lambda: grouped_mm_moe(x, layer.experts.w13, layer.experts.w2, ids, weights),
+                                       device, iters)
+        row["speedup_vs_grouped_mm"] = row["grouped_mm_ms"] / row["layer_ms"]
     except (AttributeError, RuntimeError, NotImplementedError) as err:
         row["grouped_mm_ms"] = f"unavailable: {str(err).splitlines()[0][:120]}"
     return row
 
 
-def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str) -> tuple[Experts, tuple]:
-    torch.manual_seed(0)
-    E, H, I = shape["experts"], shape["hidden"], shape["inner"]
-    experts = Experts(E, H, I).to(device=device, dtype=dtype).requires_grad_(False)
-    experts.w13.normal_(0, H ** -0.5)
-    experts.w2.normal_(0, I ** -0.5)
-    w13 = kernels.quantize_weight_fp8(experts.w13, impl=impl)
-    w2 = kernels.quantize_weight_fp8(experts.w2, impl=impl)
-    return experts, (*w13, *w2)
+def add_bandwidth(row: dict, copy: float) -> dict:
+    row["layer_gb_per_s"] = row["layer_bytes"] / (row["layer_ms"] / 1e3) / 1e9
+    row["layer_share_of_copy"] = row["layer_gb_per_s"] / copy
+    if "gemm_ms" in row:
+        row["gemm_gb_per_s"] = row["weight_bytes"] / (row["gemm_ms"] / 1e3) / 1e9
+        row["gemm_share_of_copy"] = row["gemm_gb_per_s"] / copy
+    gemm = (f"gemm {row['gemm_ms']:.3f} ms ({100 * row['gemm_share_of_copy']:.1f}% of copy)  "
+            if "gemm_ms" in row else "")
+    print(f"[kernels] M={row['tokens']:4d}  layer {row['layer_ms']:.3f} ms {row['layer_gb_per_s']:.1f} GB/s "
+          f"({100 * row['layer_share_of_copy']:.1f}% of copy)  {gemm}x{row['speedup_vs_reference']:.2f} vs bf16 "
+          "reference", file=sys.stderr)
+    return row
+
+
+def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None) -> dict:
+    """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times)."""
+    device, dtype = layer.router_w.device, layer.router_w.dtype
+    x = layer_input(M, shape, device, dtype)
+    default = configs.default_config(M, shape["top_k"], shape["experts"], shape["inner"], shape["hidden"])
+    expected, launches, _ = fp8_plan(x, layer, shape, default)
+    run(launches)
+    timed = []
+    block_ms = tuple(sorted({default.block_m, min(64, 2 * default.block_m)}))  # taller tiles only pad more
+    for cfg in configs.candidates(block_ms)[:limit]:
+        out, launches, gemm = fp8_plan(x, layer, shape, cfg)
+        run(launches)
+        error = rel_rmse(out, expected)
+        if not error < 1e-2:  # same fp8 codes; only fp32 sum order differs between configurations
+            print(f"[tune] M={M} {cfg} disagrees with the default (rel. RMSE {error:.3g}): skipped", file=sys.stderr)
+            continue
+        timed.append({"config": cfg.to_dict(), "gemm_ms": time_ms(graphed(lambda: run(gemm), device), device, iters)})
+        print(f"[tune] M={M:4d} {timed[-1]['gemm_ms']:.4f} ms  {cfg}", file=sys.stderr)
+    best = min(timed, key=lambda r: r["gemm_ms"])
+    return {"tokens": M, "config": best["config"], "gemm_ms": best["gemm_ms"], "candidates": timed}
+
+
+def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str) -> None:
+    table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
+    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"])
+    kept = [r for r in table["shapes"].get(key, []) if r["tokens"] not in {row["tokens"] for row in rows}]
+    table["shapes"][key] = sorted(kept + rows, key=lambda r: r["tokens"])
+    table |= {"device": info.get("gpu", "cpu"), "date": info["date"], "command": command, "info": info}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    configs.load_tuned.cache_clear()
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -117,8 +202,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help="M values (default 1 8 32 128 512)")
     parser.add_argument("--shape", choices=list(SHAPES), default="llada2.1-mini")
     parser.add_argument("--impl", choices=kernels.IMPLS, default="auto")
-    parser.add_argument("--iters", type=int, default=None)
+    parser.add_argument("--iters", type=int, default=None, help="timed calls per measurement on CPU")
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
+    parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
+    parser.add_argument("--tune-limit", type=int, default=None, help="only the first N candidates (smoke runs)")
+    parser.add_argument("--tune-out", default=None, help="tuned table path (default llada/kernels/tuned/<gpu>.json)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/kernels-<device>.json)")
     return parser.parse_args(argv)
@@ -132,17 +220,26 @@ def main(argv: list[str]) -> int:
     smoke = args.smoke or device.type != "cuda"
     shape_name = "smoke" if smoke else args.shape
     shape, tokens = SHAPES[shape_name], args.tokens or ([1, 8, 32] if smoke else [1, 8, 32, 128, 512])
-    iters = args.iters or (2 if smoke else 50)
+    iters = args.iters or (2 if smoke else 20)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # CPU bf16 matmuls are emulated
     impl = kernels.resolve_impl(args.impl, torch.empty(0, device=device))
-    experts, fp8 = build(shape, device, dtype, impl)
-    copy = copy_bandwidth(device, (8 if smoke else 1024) << 20, iters)
-    print(f"[kernels] {device.type} impl={impl} shape={shape_name} copy {copy:.1f} GB/s", file=sys.stderr)
-    rows = [_progress(bench_tokens(M, experts, fp8, shape, impl, iters), copy) for M in tokens]
-    report = {"bench": "kernels", "date": date.today().isoformat(), "device": _device_name(device),
-              "smoke": smoke, "impl": impl, "dtype": str(dtype).removeprefix("torch."), "shape": shape_name,
-              "sizes": shape, "tokens": tokens, "iters": iters, "copy_gb_per_s": copy, "rows": rows,
-              "reference": "llada.model.Experts (loop over experts) in dtype", "torch": torch.__version__}
+    if args.tune and impl != "triton":
+        raise SystemExit("--tune times the Triton kernels: run it on CUDA (or with --impl triton under "
+                         "TRITON_INTERPRET=1 for a smoke run)")
+    info = device_info(device)
+    layer = build(shape, device, dtype, impl)
+    if args.tune:
+        rows = [tune_tokens(M, layer, shape, iters, args.tune_limit) for M in tokens]
+        path = Path(args.tune_out or configs.TUNED_DIR / f"{configs.device_slug(info.get('gpu', 'cpu'))}.json")
+        write_tuned(path, shape, rows, info, "python -m llada.bench kernels " + " ".join(argv))
+        print(f"[tune] wrote {path}", file=sys.stderr)
+    copy = copy_gb_per_s(device, (8 if smoke else 1024) << 20, iters)
+    print(f"[kernels] {info.get('gpu', 'cpu')} impl={impl} shape={shape_name} copy {copy:.1f} GB/s", file=sys.stderr)
+    rows = [add_bandwidth(bench_tokens(M, layer, shape, impl, iters), copy) for M in tokens]
+    report = info | {"bench": "kernels", "smoke": smoke, "impl": impl, "dtype": str(dtype).removeprefix("torch."),
+                     "shape": shape_name, "sizes": shape, "tokens": tokens, "copy_gb_per_s": copy, "rows": rows,
+                     "timing": "do_bench, L2 flushed, CUDA graph" if device.type == "cuda" else "wall clock (smoke)",
+                     "reference": "llada.model.Experts (loop over experts) in " + str(dtype).removeprefix("torch.")}
     out = Path(args.out or f"bench/results/kernels-{device.type}{'-smoke' if smoke else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -150,13 +247,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _progress(row: dict, copy: float) -> dict:
-    row["share_of_copy_bandwidth"] = row["fp8_gb_per_s"] / copy
-    print(f"[kernels] M={row['tokens']:4d}  fp8 {row['fp8_ms']:.3f} ms  {row['fp8_gb_per_s']:.2f} GB/s "
-          f"({100 * row['share_of_copy_bandwidth']:.1f}% of copy)  x{row['speedup_vs_reference']:.2f} "
-          "vs reference", file=sys.stderr)
-    return row
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+def _gpu(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None

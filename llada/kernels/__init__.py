@@ -4,11 +4,16 @@
     quantize_act_fp8(x)           (M, K)      -> fp8 codes + one fp32 scale per token and 128 along K
     fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)   routed experts, (T, H) -> (T, H)
     fp8_linear(x, w, w_scale)     (..., K) @ w (N, K)^T -> (..., N)
+    route(h, weight, bias, ...)   the MoE router, (T, H) -> ids (T, K), weights (T, K) (Triton only;
+                                  its reference is `llada.model.Router`)
 
 Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
 `fp8.py` / `fused_moe.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
 imported only when it is chosen, so this package imports without a GPU and without triton. The
-format and the kernels are explained in `llada/kernels/fp8.py` and `llada/kernels/fused_moe.py`.
+format and the kernels are explained in `fp8.py`, `routing.py`, `router.py` and `fused_moe.py`,
+the tile configurations in `configs.py`, the launch records in `launch.py`, the ahead-of-time
+Hopper compile in `sm90.py`. One MoE layer costs seven launches: router logits, top-k, sort by
+expert, activation quantization, gate/up GEMM, down GEMM, k-sum.
 """
 
 from __future__ import annotations
@@ -71,5 +76,12 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: st
     return _module(impl, x, "fused_moe").fp8_linear(x, w, w_scale)
 
 
+def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
+          topk_group: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sigmoid router with group-limited top-k in Triton: h (T, H) -> ids (T, K) int64, weights (T, K)."""
+    resolve_impl("triton", h)
+    return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale)
+
+
 __all__ = ["IMPLS", "resolve_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
-           "fused_moe_fp8", "fp8_linear", "reference"]
+           "fused_moe_fp8", "fp8_linear", "route", "reference"]

@@ -3,7 +3,8 @@
 These are the definitions the Triton kernels are tested against, and the path the engine takes on
 CPU. They favour clarity over speed: quantize by reshaping into tiles, dequantize, multiply in fp32.
 Letter legend: M rows (tokens), N output features, K reduction dim, E experts, T tokens, H hidden,
-I expert width, G = 128 the tile / group size. See `llada.kernels.fp8` for the format itself.
+I expert width, G = 128 the tile / group size. See `llada.kernels.fp8` for the format itself, and
+`llada.model.Router` for the reference of the routing kernels in `llada.kernels.router`.
 """
 
 from __future__ import annotations
@@ -98,6 +99,37 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
         y = h @ dequantize_weight_fp8(w2[e], w2_scale[e]).T  # (n, H)
         out.index_add_(0, token, y * weights[token, slot, None].float())
     return out.to(x.dtype)
+
+
+def padded_rows(num_pairs: int, num_experts: int, block_m: int) -> int:
+    """Upper bound on rows after padding every non-empty expert run to a multiple of block_m."""
+    worst = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
+    return -(-worst // block_m) * block_m
+
+
+def sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids (T, K) int -> sorted_pairs (P,) int32 and block_expert (P // block_m,) int32.
+
+    Pair p = t*K + k; the pairs of each expert, in pair order, padded with the sentinel T*K to a
+    multiple of block_m; experts in order; block_expert[i] = expert of tile i, -1 past the last
+    run (rows of those tiles are never read); P = padded_rows(T*K, E, block_m) (see
+    `llada.kernels.routing`)."""
+    flat = ids.reshape(-1).long()  # (T*K,)
+    n = flat.numel()
+    counts = torch.bincount(flat, minlength=num_experts)  # (E,) pairs per expert
+    padded = (counts + block_m - 1) // block_m * block_m  # (E,) rows per expert after padding
+    order = torch.argsort(flat, stable=True)  # pair indices grouped by expert
+    expert_of = flat[order]
+    rank = torch.arange(n, device=ids.device) - (torch.cumsum(counts, 0) - counts)[expert_of]
+    dest = (torch.cumsum(padded, 0) - padded)[expert_of] + rank  # padded row of each sorted pair
+    rows = padded_rows(n, num_experts, block_m)
+    sorted_pairs = torch.full((rows,), n, dtype=torch.int32, device=ids.device)
+    sorted_pairs[dest] = order.to(torch.int32)
+    tile_ends = torch.cumsum(padded // block_m, 0)  # (E,) one past each expert's last tile
+    tiles = torch.arange(rows // block_m, device=ids.device)
+    block_expert = torch.searchsorted(tile_ends, tiles, right=True)  # E for tiles past the end
+    block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
+    return sorted_pairs, block_expert
 
 
 def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:

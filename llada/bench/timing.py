@@ -1,0 +1,93 @@
+"""How the benchmarks time things and say where they ran.
+
+On CUDA, `time_ms` is `triton.testing.do_bench`: CUDA events around each call, with a 256 MB buffer
+zeroed before every call so that the L2 cache (50 MB on an H100) holds nothing from the last one: a
+decode-sized MoE layer at M = 1 reads ~25 MB of weights and would otherwise be timed from L2. The
+median over the repetitions is reported. `graphed(fn)` records fn in a CUDA graph (after a warm-up on
+a side stream) and returns its replay, so that host launch overhead is measured the way the decode
+loop pays it. On CPU both fall back to wall-clock medians (smoke runs: the numbers only show that the
+path works). `device_info` is the header every JSON report carries: GPU, driver, CUDA, versions, date.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_ms(fn: Callable[[], object], device: torch.device, iters: int = 20, warmup: int = 1) -> float:
+    """Median milliseconds of fn(): on CUDA do_bench (L2 flushed, ~100 ms of repetitions), else `iters` calls."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def graphed(fn: Callable[[], object], device: torch.device) -> Callable[[], None]:
+    """fn recorded as a CUDA graph (warmed up on a side stream first); returns its replay. CPU: fn."""
+    if device.type != "cuda":
+        return fn
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    sync(device)
+    return graph.replay
+
+
+def copy_gb_per_s(device: torch.device, nbytes: int, iters: int) -> float:
+    """Measured device copy bandwidth: dst.copy_(src) moves nbytes in and nbytes out."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    return 2 * nbytes / (time_ms(lambda: dst.copy_(src), device, iters) / 1e3) / 1e9
+
+
+def device_info(device: torch.device) -> dict:
+    """Where a benchmark ran: GPU name, driver, CUDA, SMs, memory, versions, date (UTC)."""
+    info = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device.type,
+            "torch": torch.__version__, "python": platform.python_version(), "host_cpu": platform.machine()}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info |= {"gpu": props.name, "sms": props.multi_processor_count,
+                 "memory_gb": round(props.total_memory / 2**30, 1),
+                 "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda, "driver": _driver_version()}
+    return info
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -1,0 +1,92 @@
+"""How many kernels one MoE layer launches, and that none of them waits for the host.
+
+Counted with `llada.kernels.launch.count_launches` (Triton launches, ATen ops that run a kernel,
+host synchronisations apart) on CPU under Triton's interpreter or compiled on CUDA; on CUDA the
+profiler's own count of device kernels is checked too. A new fill, cast or sort in the routed path
+raises the count and fails here.
+"""
+
+import pytest
+import torch
+
+from llada import kernels
+from llada.config import ModelConfig
+from llada.kernels.launch import count_launches
+from llada.model import MoE
+from llada.quantize import FP8Experts, FusedRouter
+
+needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+ROUTED_LAUNCHES = ["_logits_kernel", "_topk_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_down_kernel",
+                   "_ksum_kernel"]  # router logits, top-k, sort by expert, quantize x, gate/up, down, k-sum
+
+
+def moe_layer(fused: bool) -> MoE:
+    # odd sizes; real: hidden 2048, 256 experts top-8 in 4 of 8 groups, width 512, one shared expert
+    cfg = ModelConfig(vocab_size=11, hidden_size=96, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      intermediate_size=8, moe_intermediate_size=40, num_experts=6, num_experts_per_tok=2, n_group=2,
+                      topk_group=1, num_shared_experts=1, routed_scaling_factor=2.5)
+    moe = MoE(cfg)
+    g = torch.Generator().manual_seed(0)
+    for p in moe.parameters():
+        p.data = torch.randn(p.shape, generator=g) * 0.1
+    moe = moe.to(DEVICE)
+    if fused:
+        moe.experts, moe.gate = FP8Experts.from_experts(moe.experts, "triton"), FusedRouter(moe.gate)
+    return moe
+
+
+def routed(moe: MoE, h: torch.Tensor) -> torch.Tensor:
+    ids, weights = moe.gate(h)
+    return moe.experts(h, ids, weights)
+
+
+@needs_triton
+def test_routed_moe_is_seven_kernels_and_no_sync():
+    moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
+    with torch.no_grad(), count_launches() as count:
+        routed(moe, h)
+    assert count.triton == ROUTED_LAUNCHES
+    assert count.aten == [] and count.syncs == []  # no fills, casts or copies between the kernels
+
+
+@needs_triton
+def test_whole_moe_layer_adds_only_the_shared_expert():
+    moe, h = moe_layer(fused=True), torch.randn(1, 7, 96, device=DEVICE)
+    with torch.no_grad(), count_launches() as count:
+        moe(h)
+    assert count.triton == ROUTED_LAUNCHES
+    assert sorted(count.aten) == ["add", "mm", "mm", "mm", "mul", "silu"]  # shared SwiGLU, then routed + shared
+    assert count.total == 13 and count.syncs == []
+
+
+def test_reference_layer_syncs_and_launches_many():
+    moe, h = moe_layer(fused=False), torch.randn(1, 7, 96, device=DEVICE)
+    with torch.no_grad(), count_launches() as count:
+        moe(h)
+    assert count.triton == [] and "bincount" in count.syncs  # the loop over experts needs their counts on the host
+    assert len(count.aten) > 3 * 13  # 3 GEMM-ish ops per touched expert (6 here) on top of ~20 for routing
+
+
+def test_counter_ignores_views_and_counts_launch_records():
+    x = torch.randn(4, 6)
+    with count_launches() as count:
+        x.view(6, 4).t()[0]  # views: no kernel
+        torch.empty(3)  # allocation: no kernel
+        (x + 1).sum()
+    assert count.aten == ["add", "sum"] and count.triton == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA profiler counts device kernels on a GPU")
+@needs_triton
+def test_profiler_sees_the_same_seven_kernels():
+    moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
+    with torch.no_grad():
+        routed(moe, h)  # compile first
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            routed(moe, h)
+            torch.cuda.synchronize()
+    kernels_run = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+    assert len(kernels_run) == len(ROUTED_LAUNCHES), [e.name for e in kernels_run]
