@@ -181,6 +181,10 @@ def setup(tc: TrainConfig, progress: bool) -> Run:
     use_grouped_experts(model, experts_impl(tc, device))
     compiled = compile_on(tc, device)
     if compiled:
+        from torch._dynamo import config as dynamo_config
+
+        # graph variants: {dense, MoE layer} x {task, code batch shape}; room to spare before dynamo gives up
+        dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 32)
         for layer in model.layers:
             layer.compile(dynamic=False)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=tc.weight_decay,
