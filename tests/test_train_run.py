@@ -124,6 +124,14 @@ def test_one_tensor_larger_than_a_shard_gets_a_shard_of_its_own():
     assert plan_shards(tensors, max_bytes=1000) == [["a", "b", "c"]]
 
 
+def test_loss_ends_average_a_tenth_of_each_kind():
+    from llada.train.logs import loss_ends
+
+    log = [{"kind": "task", "loss": float(v)} for v in range(100)] + [{"kind": "code", "loss": 5.0}]
+    assert loss_ends(log, "task") == (4.5, 94.5)  # ten steps each: 0..9 and 90..99
+    assert loss_ends(log, "code") == (5.0, 5.0) and loss_ends(log, "window") is None
+
+
 # ---- whole runs ------------------------------------------------------------------------------------
 
 def tiny_run_config(tmp_path: Path, **overrides):

@@ -105,6 +105,10 @@ def _defs_with_scope(node: ast.AST, outer: frozenset[str] | None,
             yield from _defs_with_scope(child, outer, scoped)
 
 
+def _is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
 def _dedent(lines: list[str], indent: str) -> tuple[str, bool]:
     """Strip the def line's indentation from every line; also whether every non-blank line had it.
 
@@ -119,8 +123,7 @@ def _cut(fn: ast.AST, lines: list[str]) -> tuple[str, str, str, bool] | None:
     if first.lineno <= fn.lineno or lines[first.lineno - 1][:first.col_offset].strip():
         return None  # a one-liner, or a body that starts on the signature's last line
     indent = lines[fn.lineno - 1][:fn.col_offset]
-    has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-        and isinstance(first.value.value, str)
+    has_doc = _is_docstring(first)
     if has_doc and (len(fn.body) < 2 or fn.body[1].lineno <= first.end_lineno):
         return None
     body_start = first.end_lineno if has_doc else first.lineno - 1  # 0-based line where the body begins
@@ -161,9 +164,7 @@ def _parses(text: str) -> bool:
 
 def _has_code(fn: ast.AST) -> bool:
     """A statement besides the docstring."""
-    first = fn.body[0]
-    is_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
-    return len(fn.body) > int(is_doc)
+    return len(fn.body) > int(_is_docstring(fn.body[0]))
 
 
 def read_names(fn: ast.AST) -> set[str]:

@@ -32,7 +32,8 @@ def model_section(summary: dict, config: dict, out: Path) -> str:
         "| | |", "|---|---|",
         f"| architecture | `llada2_moe`: hidden {config['hidden_size']}, {config['num_hidden_layers']} layers "
         f"(layer 0 dense SwiGLU {config['intermediate_size']}, the rest MoE), {config['num_attention_heads']} query / "
-        f"{config['num_key_value_heads']} KV heads of {config['head_dim']}, partial RoPE {config['partial_rotary_factor']} |",
+        f"{config['num_key_value_heads']} KV heads of {config['head_dim']}, "
+        f"partial RoPE {config['partial_rotary_factor']} |",
         f"| MoE | {config['num_experts']} routed experts of width {config['moe_intermediate_size']}, top-"
         f"{config['num_experts_per_tok']}, {config['n_group']} groups with {config['topk_group']} kept (group-limited "
         f"routing), {config['num_shared_experts']} shared expert, sigmoid router with `expert_bias` balanced without "
@@ -63,7 +64,8 @@ def training_section(summary: dict, command: str) -> str:
         f"(signature + docstring → body, {d['function_tokens']:,} tokens). Task mix: {tc['task_weights']}, "
         f"{100 * (1 - tc['code_share']):.0f}% of the steps.",
         "",
-        f"Loss (mean of the first 10 → last 50 steps of each kind): {losses}.", "", "![loss](loss.png)"])
+        f"Loss (mean of the first → last tenth of each kind's steps, at most 50 steps): {losses}.", "",
+        "![loss](loss.png)"])
 
 
 def presets_section(presets: dict) -> str:

@@ -49,12 +49,10 @@ def plot_loss(log: list[dict], out: Path, title: str = "Training loss") -> Path:
     return path
 
 
-def tail_mean(log: list[dict], kind: str, n: int = 50) -> float | None:
-    """Mean loss of the last n steps of one kind (None when there were none)."""
-    values = [r["loss"] for r in log if r["kind"] == kind][-n:]
-    return round(sum(values) / len(values), 4) if values else None
-
-
-def head_mean(log: list[dict], kind: str, n: int = 10) -> float | None:
-    values = [r["loss"] for r in log if r["kind"] == kind][:n]
-    return round(sum(values) / len(values), 4) if values else None
+def loss_ends(log: list[dict], kind: str) -> tuple[float, float] | None:
+    """Mean loss of the first and of the last tenth of one kind's steps (1 to 50 steps each); None if none."""
+    values = [r["loss"] for r in log if r["kind"] == kind]
+    if not values:
+        return None
+    k = max(1, min(50, len(values) // 10))
+    return round(sum(values[:k]) / k, 4), round(sum(values[-k:]) / k, 4)

@@ -37,7 +37,7 @@ from .bpe import save_tokenizer
 from .build import Built, build
 from .experts import use_grouped_experts
 from .export import save_sharded
-from .logs import head_mean, plot_loss, tail_mean, write_csv
+from .logs import loss_ends, plot_loss, write_csv
 from .objective import Batch, NoiseConfig, diffusion_loss
 from .recipes import SHIPPED_DECODING, TRAINING_PRESETS
 from ..eval.tasks import TRAIN_WEIGHTS
@@ -293,12 +293,13 @@ def finish(run: Run, seconds: float, prep_seconds: float) -> dict:
     plot_loss(log, out, f"Training loss ({run.tc.preset})")
     total, active = param_counts(run.built.model.config)
     kinds = list(dict.fromkeys(r["kind"] for r in log))
+    ends = {k: loss_ends(log, k) for k in kinds}  # (first tenth, last tenth) mean loss of each kind
     summary = {"preset": run.tc.preset, "config": _jsonable(asdict(run.tc)), "device": device_name(run.device),
                "device_type": run.device.type,
                "compiled": run.compiled, "steps": len(log), "seconds": round(seconds, 1),
                "prep_seconds": round(prep_seconds, 1), "parameters": total, "active_parameters": active,
                "data": run.built.data, "batches": {k: sum(r["kind"] == k for r in log) for k in kinds},
-               "first_loss": {k: head_mean(log, k) for k in kinds}, "final_loss": {k: tail_mean(log, k) for k in kinds}}
+               "first_loss": {k: e[0] for k, e in ends.items()}, "final_loss": {k: e[1] for k, e in ends.items()}}
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
