@@ -77,6 +77,13 @@ def test_presets_and_overrides_are_checked():
         preset_config("huge")
     with pytest.raises(ValueError, match="unknown training setting 'speed'"):
         preset_config("tiny", speed=2)
+    with pytest.raises(ValueError, match=r"code_share must be in \[0, 1\], got 1.5"):
+        preset_config("tiny", code_share=1.5)
+    with pytest.raises(ValueError, match="compile must be auto, on or off, got 'yes'"):
+        preset_config("tiny", compile="yes")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            preset_config("code", device="cuda")
 
 
 def test_command_line_overrides_only_what_it_names(capsys):
@@ -86,6 +93,9 @@ def test_command_line_overrides_only_what_it_names(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--minutes", "5"])  # --preset is required
     assert "--preset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--preset", "tiny", "--window-share", "2"])
+    assert "window_share must be in [0, 1], got 2.0" in capsys.readouterr().err  # one line, no traceback
 
 
 # ---- sharded export --------------------------------------------------------------------------------

@@ -186,6 +186,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--n must be at least 1")
     if args.code_n < 0:
         ap.error("--code-n must be 0 (no code track) or more")
+    if args.device not in ("cpu", "cuda"):
+        ap.error(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device")
     return args
 
 

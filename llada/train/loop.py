@@ -102,7 +102,23 @@ def preset_config(name: str, **overrides) -> TrainConfig:
     bad = [k for k in overrides if k not in known]
     if bad:
         raise ValueError(f"unknown training setting {bad[0]!r}")
-    return TrainConfig(**(TRAINING_PRESETS[name].values | {"preset": name} | overrides))
+    return check_config(TrainConfig(**(TRAINING_PRESETS[name].values | {"preset": name} | overrides)))
+
+
+def check_config(tc: TrainConfig) -> TrainConfig:
+    """Refuse settings that cannot run, naming the setting and what it allows."""
+    resolve_device(tc.device)
+    compile_on(tc, torch.device("cpu"))
+    if tc.experts_impl not in ("auto", "grouped", "loop"):
+        raise ValueError(f"experts_impl must be auto, grouped or loop, got {tc.experts_impl!r}")
+    for name in ("code_share", "window_share", "multi_turn", "code_multi_turn"):
+        if not 0.0 <= getattr(tc, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(tc, name)}")
+    if tc.minutes <= 0 or (tc.steps is not None and tc.steps < 1):
+        raise ValueError("minutes must be positive and steps at least 1")
+    if not any(tc.code_length % b == 0 for b in tc.block_lengths):
+        raise ValueError(f"no block length in {tc.block_lengths} divides code_length {tc.code_length}")
+    return tc
 
 
 class ExpertBalancer:
