@@ -1,14 +1,18 @@
-"""Tasks (answers, checkers, train/eval split), the stdlib corpus and batch layout."""
+"""Tasks (answers, checkers, split), the installed-source corpus (filters, dedup, split by path),
+functions and their scope, and the row layouts of training batches."""
 
 from __future__ import annotations
 
 import random
+import textwrap
 
 import pytest
+import torch
 
-from llada.eval import tasks
-from llada.train import corpus
-from llada.train.data import Encoded, to_batch
+from llada.eval import code, sources, tasks
+from llada.train.corpus import build_corpus
+from llada.train.data import Encoded, RowSampler, Rows, to_batch, window_rows
+from code_corpus import LIBRARY, write_tree
 
 
 @pytest.mark.parametrize("task", list(tasks.TASKS))
@@ -56,23 +60,115 @@ def test_unknown_task_and_split_are_refused():
         tasks.sample("add", random.Random(0), "test")
 
 
-def test_corpus_reads_stdlib_functions(tmp_path):
-    (tmp_path / "mod.py").write_text(
-        'def area(width, height):\n    """Docstring dropped."""\n    return width * height\n\n'
-        "class A:\n    def grow(self, n):\n        self.n = self.n + n\n        return self.n\n")
-    (tmp_path / "test").mkdir()
-    (tmp_path / "test" / "skip.py").write_text("def skipped(x):\n    return x + x + x + x + x + x\n")
-    both = corpus.load_functions("train", root=tmp_path) + corpus.load_functions("eval", root=tmp_path)
-    texts = sorted(ex.text for ex in both)
-    assert texts == ["def area(width, height):\n    return width * height\n",
-                     "def grow(self, n):\n    self.n = self.n + n\n    return self.n\n"]
-    assert all(ex.prompt.startswith("def ") and ex.prompt.endswith(":\n") for ex in both)
+# ---- the corpus: installed Python source ----------------------------------------------------------------
+
+def test_sources_are_filtered_deduplicated_and_split_by_path(tmp_path):
+    expected = write_tree(tmp_path)
+    stats = sources.SourceStats()
+    found = sources.load_sources([tmp_path], stats=stats)
+    assert sorted(f.key for f in found if f.split == "train") == expected["train"]
+    assert [f.key for f in found if f.split == "eval"] == expected["eval"]
+    assert stats.duplicates == 1 and stats.dropped == {"generated": 2, "minified": 1}
+    assert stats.found == 1 + 6 + 4  # tests/ and _vendor/ are never listed
+    assert [f.key for f in sources.load_sources([tmp_path], split="eval")] == expected["eval"]
 
 
-def test_real_stdlib_is_found():
-    found = corpus.load_functions("train", limit=20)
-    assert len(found) == 20 and all(ex.body.startswith("    ") for ex in found)
+def test_the_split_key_is_the_path_below_its_root(tmp_path):
+    (tmp_path / "a" / "pkg").mkdir(parents=True)
+    (tmp_path / "b" / "pkg").mkdir(parents=True)
+    (tmp_path / "a" / "pkg" / "mod.py").write_text("X = 1\n")
+    (tmp_path / "b" / "pkg" / "mod.py").write_text("X = 2\n")
+    found = sources.load_sources([tmp_path / "a", tmp_path / "b"])
+    assert [f.key for f in found] == ["pkg/mod.py", "pkg/mod.py"]  # same key on every machine: same split
+    assert found[0].split == found[1].split
 
+
+def test_the_installed_standard_library_is_found():
+    roots = sources.source_roots(("stdlib",))
+    found = sources.load_sources(roots, max_files=5)
+    assert len(found) == 5 and all(f.path.suffix == ".py" and not f.key.startswith("/") for f in found)
+    with pytest.raises(ValueError, match="unknown source 'pypi'"):
+        sources.source_roots(("pypi",))
+
+
+def test_build_corpus_drops_files_that_are_not_python3(tmp_path):
+    write_tree(tmp_path)
+    name = next(k for k in (f"old{i}.py" for i in range(200)) if sources.SourceFile(k, tmp_path, "").split == "train")
+    (tmp_path / name).write_text('print "python 2"\n')
+    corpus = build_corpus((), roots=[tmp_path], progress=False)
+    assert corpus.stats.dropped["syntax"] == 1 and name not in {f.key for f in corpus.files}
+    assert len(corpus.files) == 6 and len(corpus.held_out) == 1
+    assert len(corpus.functions) == 6 * 6  # six functions per training copy, methods and nested ones included
+
+
+# ---- functions and their scope ------------------------------------------------------------------------
+
+def fns():
+    return {f.key.split(":")[1]: f for f in code.functions_of("geometry.py", LIBRARY)}
+
+
+def test_a_function_is_cut_into_signature_docstring_and_body():
+    area = fns()["7"]
+    assert area.signature == "def area(width, height):\n"
+    assert area.docstring == '    """The area of a width x height rectangle."""\n'
+    assert area.body == "    return width * height\n"
+    assert area.prompt + area.body == area.text
+
+
+def test_methods_and_nested_functions_are_dedented_and_see_their_scope():
+    found = fns()
+    scaled, step = found["21"], found["31"]
+    assert scaled.signature == "def scaled(self, factor):\n" and scaled.body.startswith("    radius = ")
+    assert "Circle" in scaled.scope and "radius" not in scaled.scope  # class bodies are not visible
+    assert step.signature == "def step(by=UNIT):\n" and {"total", "start", "UNIT", "math"} <= step.scope
+
+
+def test_one_liners_and_docstring_only_functions_are_skipped():
+    source = 'def a(): return 1\n\ndef b():\n    """Only a docstring."""\n\ndef c(x):\n    y = x\n    return y\n'
+    assert [f.signature for f in code.functions_of("m.py", source)] == ["def c(x):\n"]
+
+
+def test_a_completion_is_checked_for_parsing_and_scope():
+    area = fns()["7"]
+    assert code.check_completion(area, "    return width * height\n") == (True, True, ())
+    assert code.check_completion(area, "    return width * depth\n") == (True, False, ("depth",))
+    assert code.check_completion(area, "    return width *\n") == (False, False, ())
+    assert code.check_completion(area, "")[:2] == (False, False)  # a docstring alone is not a completion
+    assert code.check_completion(area, "    import math\n    return math.pi * width\n").in_scope
+    hyp = fns()["12"]
+    assert code.check_completion(hyp, "    return math.hypot(a, b) + len([k for k in range(3)])\n").in_scope
+
+
+def test_a_star_import_leaves_the_scope_unknown():
+    source = "from os.path import *\n\ndef j(a):\n    \"\"\"Join.\"\"\"\n    return join(a, a)\n"
+    (fn,) = code.functions_of("m.py", source)
+    assert fn.scope is None and not code.is_eval_item(fn)
+    assert code.check_completion(fn, fn.body) == (True, False, ())
+
+
+def test_code_items_come_only_from_held_out_files(tmp_path):
+    expected = write_tree(tmp_path)
+    items = code.code_items(sources.load_sources([tmp_path]), n=50, seed=0)
+    assert {it.key.split(":")[0] for it in items} == set(expected["eval"])
+    assert len(items) == 5  # the functions with a docstring and a body: area, hypotenuse, scaled, counter, step
+    assert code.code_items(sources.load_sources([tmp_path]), n=3, seed=0) == \
+        code.code_items(sources.load_sources([tmp_path]), n=3, seed=0)
+
+
+def test_irregular_indentation_is_kept_only_when_it_parses():
+    source = textwrap.dedent('''\
+        class K:
+            def text(self):
+                """A multi-line string that starts at column 0."""
+                return """
+        line
+        """
+        ''')
+    (fn,) = code.functions_of("k.py", source)
+    assert fn.body.endswith('line\n"""\n')  # lines without the method's indentation stay as they are
+
+
+# ---- rows and batches ---------------------------------------------------------------------------------
 
 def test_batch_rows_are_prompt_answer_eos_padding():
     rows = [Encoded([5, 6, 7], [8, 9, 0]), Encoded([5], [4] * 10 + [0])]
@@ -80,3 +176,21 @@ def test_batch_rows_are_prompt_answer_eos_padding():
     assert batch.ids.tolist() == [[5, 6, 7, 8, 9, 0, 0, 0], [5, 4, 4, 4, 4, 4, 4, 4]]
     assert batch.prompt_len.tolist() == [3, 1] and batch.answer_len.tolist() == [3, 7]
     assert batch.generated()[0].tolist() == [False] * 3 + [True] * 5
+
+
+def test_window_rows_cut_each_file_and_close_it_with_eos():
+    rows = window_rows([[1, 2, 3, 4, 5], [6]], length=4, eos_id=0)  # (3, 4): file 1 -> 2 rows, file 2 -> 1 row
+    assert rows.ids.tolist() == [[1, 2, 3, 4], [5, 0, 0, 0], [6, 0, 0, 0]]
+    assert rows.answer_len.tolist() == [4, 2, 2] and rows.prompt_len.tolist() == [0, 0, 0]
+    assert rows.tokens == 8  # 6 tokens + one EOS per file
+
+
+def test_row_sampler_visits_every_row_and_heads_become_prompts():
+    ids = torch.arange(40, dtype=torch.int32).view(10, 4)
+    rows = Rows(ids, torch.zeros(10, dtype=torch.int32), torch.full((10,), 4, dtype=torch.int32))
+    sampler = RowSampler(rows, batch_size=5, seed=0, max_prompt=2)
+    a, b = sampler.next(), sampler.next()
+    assert sorted(torch.cat([a.ids[:, 0], b.ids[:, 0]]).tolist()) == list(range(0, 40, 4))  # one pass
+    for batch in (a, b):
+        assert ((batch.prompt_len >= 0) & (batch.prompt_len <= 2)).all()
+        assert (batch.prompt_len + batch.answer_len == 4).all()

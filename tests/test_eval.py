@@ -1,14 +1,20 @@
-"""The eval harness: JSON shape of UI_CONTRACT.md, determinism, the readable table."""
+"""The eval harness: JSON shape of UI_CONTRACT.md (and the keys added to it), determinism, the tables,
+and the code track on held-out functions of a source tree written by the test."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from llada.eval import harness as evaluation
-from llada.pipeline import Pipeline
+from types import SimpleNamespace
 
-KEYS = {"threshold", "editing_threshold", "accuracy", "tpf", "tps", "edits_per_100", "tasks"}
+from llada.eval import codetrack, harness as evaluation
+from llada.pipeline import Pipeline
+from code_corpus import write_tree
+
+KEYS = {"threshold", "editing_threshold", "accuracy", "tpf", "tps", "edits_per_100", "tasks"}  # UI_CONTRACT.md
+ADDED = {"mbe_runs"}  # added beside them: share of block-crossing runs in which MBE edited an earlier block
+CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "tpf", "tps", "edits_per_100", "mbe_runs"}
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +34,7 @@ def test_report_has_the_contract_shape(pipe):
     assert set(report) == {"model", "seed", "n", "modes"} and report["n"] == 2
     assert list(report["modes"]) == ["S", "Q", "M2T", "S_noedit", "S_MBE"]
     for name, mode in report["modes"].items():
-        assert set(mode) == KEYS, name
+        assert set(mode) == KEYS | ADDED, name
         assert set(mode["tasks"]) == {"add", "sort"}
         assert all(set(t) == {"accuracy", "tpf"} for t in mode["tasks"].values())
         assert mode["accuracy"] == 0.0  # a random model never writes an exact sum or sorted digits
@@ -43,6 +49,7 @@ def test_overall_numbers_weigh_tasks_equally_and_tokens_by_forward():
     out = report.to_dict()
     assert out["accuracy"] == (1 / 2 + 4 / 4) / 2  # per-task accuracies averaged, as the paper averages benchmarks
     assert out["tpf"] == 16 / 8 and out["tps"] == 16 / 3 and out["edits_per_100"] == 100 / 16
+    assert out["mbe_runs"] == 0.0  # no run crossed a block
     assert out["tasks"] == {"add": {"accuracy": 0.5, "tpf": 2.0}, "sort": {"accuracy": 1.0, "tpf": 2.0}}
 
 
@@ -66,3 +73,60 @@ def test_table_and_cli_arguments(pipe, capsys):
     with pytest.raises(SystemExit):
         evaluation.parse_args(["--tasks", "divide"])
     capsys.readouterr()
+
+
+# ---- the code track ---------------------------------------------------------------------------------
+
+def run_of(prompt_length: int, tokens: int, mbe_edits: int):
+    return SimpleNamespace(prompt_length=prompt_length, output_ids=[7] * tokens, forwards=4, seconds=0.5, edits=1,
+                           mbe_edits=mbe_edits)
+
+
+def test_mbe_runs_counts_only_runs_that_cross_a_block():
+    cfg = SimpleNamespace(block_length=32)
+    inside, crossing = evaluation.run_tally(run_of(10, 20, 0), cfg), evaluation.run_tally(run_of(30, 5, 2), cfg)
+    assert (inside.multi_block, crossing.multi_block, crossing.mbe_fired) == (0, 1, 1)
+    total = evaluation.Tally()
+    for t in (inside, crossing, evaluation.run_tally(run_of(60, 40, 0), cfg)):
+        total.add(t)
+    assert total.summary()["mbe_runs"] == 1 / 2  # two runs crossed a block, MBE fired in one
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    write_tree(root)
+    return codetrack.held_out_items(10, 0, [root])
+
+
+def test_code_track_has_its_json_shape(pipe, held_out):
+    assert len(held_out) == 5  # area, hypotenuse, scaled, counter, step of the held-out file
+    report = codetrack.evaluate_code(pipe, held_out[:3], modes=["S", "S_noedit", "S_MBE"], gen_length=8,
+                                     progress=False)
+    assert report["n"] == 3 and report["gen_length"] == 8
+    assert report["reference"] == {"parses": 1.0, "in_scope": 1.0}  # the held-out bodies pass their own checks
+    assert list(report["modes"]) == ["S", "S_noedit", "S_MBE"]
+    for name, mode in report["modes"].items():
+        assert set(mode) == CODE_KEYS, name
+        assert mode["parses"] == 0.0  # a random model writes no parsing function body in 8 tokens
+    assert report["modes"]["S_noedit"]["edits_per_100"] == 0.0
+    assert "| S_MBE |" in codetrack.format_code_table(report)
+
+
+def test_code_track_scores_what_the_model_wrote(pipe, held_out, monkeypatch):
+    """Completions: the true body for the first item, a name out of scope for the second, junk for the rest."""
+    def complete(pipe_, item, cfg):
+        text = {0: item.body, 1: "    return undefined_name\n"}.get(held_out.index(item), "    return (\n")
+        return text, pipe_.generate(pipe_.encode(item.prompt), cfg)
+
+    monkeypatch.setattr(codetrack, "complete", complete)
+    mode = codetrack.evaluate_code(pipe, held_out, modes=["Q"], gen_length=8, progress=False)["modes"]["Q"]
+    assert mode["parses"] == 2 / 5 and mode["in_scope"] == 1 / 5
+
+
+def test_the_report_keeps_its_shape_without_the_code_track(pipe):
+    args = evaluation.parse_args(["--n", "1", "--tasks", "add", "--modes", "S", "--code-n", "0", "--gen-length", "8"])
+    report = evaluation.full_report(pipe, args)
+    assert set(report) == {"model", "seed", "n", "modes"}
+    with pytest.raises(SystemExit):
+        evaluation.parse_args(["--code-n", "-1"])

@@ -47,3 +47,30 @@ def test_saved_config_names_the_fast_class(tmp_path):
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert config["eos_token"] == config["pad_token"] == EOS_TOKEN and config["mask_token"] == MASK_TOKEN
+
+
+def test_loads_through_auto_tokenizer_without_remote_code(tmp_path):
+    import json
+
+    from transformers import AutoTokenizer
+
+    save_tokenizer(build_tokenizer(TEXTS, vocab_size=300), tmp_path)
+    assert "auto_map" not in json.loads((tmp_path / "tokenizer_config.json").read_text())  # nothing to execute
+    hf = AutoTokenizer.from_pretrained(str(tmp_path), trust_remote_code=False)
+    assert hf.mask_token == MASK_TOKEN and hf.eos_token == EOS_TOKEN
+    assert hf.decode(hf.encode("def f(x):\n    return x\n", add_special_tokens=False)) == "def f(x):\n    return x\n"
+
+
+def test_code_indentation_becomes_few_tokens(tmp_path):
+    """Trained on code, a newline plus an indentation level and a keyword take at most two tokens."""
+    from code_corpus import LIBRARY
+
+    save_tokenizer(build_tokenizer([LIBRARY] * 50, vocab_size=400), tmp_path)
+    hf = load_fast(tmp_path)
+    assert len(hf.encode("\n        return", add_special_tokens=False)) <= 2
+
+
+def test_the_code_preset_sizes_its_vocabulary_for_code():
+    from llada.train.recipes import TRAINING_PRESETS
+
+    assert 4096 <= TRAINING_PRESETS["code"].values["vocab_size"] <= 8192

@@ -1,20 +1,20 @@
-"""The training objective and loop on a tiny config (hidden 32, 2 layers, 8 experts, vocab ~300).
+"""The training objective, the grouped-GEMM experts and the loop on tiny configs (hidden 32, 2 layers).
 
-Shipped model: hidden 192, 4 layers, 16 experts top-2 in 4 groups."""
+Shipped model: hidden 192, 4 layers, 16 experts top-2 in 4 groups; the `code` preset: hidden 256,
+8 layers, 32 experts top-2 in 4 groups. The presets, the sharded export and whole runs of the
+command are in tests/test_train_run.py."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
-from llada.checkpoint import load_model
 from llada.config import ModelConfig
 from llada.model import LLaDA2MoE
 from llada.train.objective import (Batch, NoiseConfig, corrupt, diffusion_loss, layout_mask, layout_positions,
                                    noisy_logits, self_draft)
-from llada.train.loop import ExpertBalancer, TrainConfig, train
+from llada.train.experts import ALIGN, GroupedExperts, padded_rows, use_grouped_experts
+from llada.train.loop import ExpertBalancer
 
 TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
             head_dim=16, partial_rotary_factor=0.5, intermediate_size=48, moe_intermediate_size=12,
@@ -86,15 +86,67 @@ def test_router_and_experts_get_gradients():
 
 def test_balancer_raises_the_bias_of_idle_experts_and_lowers_busy_ones():
     model, batch = tiny_model(), tiny_batch()
+    (experts,) = use_grouped_experts(model, "loop")
     balancer = ExpertBalancer(model, rate=0.01)
     diffusion_loss(model, batch, 4, MASK, NoiseConfig(), torch.Generator().manual_seed(0))
     router = model.layers[1].mlp.gate
-    load = balancer.counts[router].clone()  # tokens routed to each expert in that forward
+    load = experts.load.clone()  # tokens routed to each expert in that forward
+    assert load.sum() == 2 * batch.ids.numel() * 2  # (clean + noisy) tokens x top-2
     before = router.expert_bias.clone()
     balancer.step()
     moved = router.expert_bias - before
     assert torch.equal(moved, 0.01 * torch.sign(load.mean() - load))  # below-average load: bias up
     assert (moved[load < load.mean()] > 0).all() and (moved[load > load.mean()] < 0).all()
+
+
+def test_inference_forwards_do_not_count_as_load():
+    model = tiny_model()
+    (experts,) = use_grouped_experts(model, "grouped")
+    with torch.no_grad():
+        model(torch.ones(1, 5, dtype=torch.long))
+    assert experts.load.sum() == 0  # the self-draft forward runs without gradients: not balanced on
+
+
+def test_padded_rows_by_hand():
+    ids = torch.tensor([[0, 2], [2, 1]])  # pairs (token, k) -> experts 0, 2, 2, 1; expert 3 gets nothing
+    rows, ends, total = padded_rows(ids, num_experts=4)
+    assert ALIGN == 16 and total == 4 + 4 * 16
+    assert rows.tolist() == [0, 32, 33, 16]  # expert e's rows start at 16 * (rows of the experts before it)
+    assert ends.tolist() == [16, 32, 48, total]  # expert 3's empty group runs to the end of the buffer
+
+
+@pytest.mark.parametrize("case", ["mixed", "one_token", "one_expert"])
+def test_grouped_experts_equal_the_reference_loop(case):
+    """Same outputs and gradients as the engine's expert loop (fp32 on CPU), including empty experts."""
+    g = torch.Generator().manual_seed(0)
+    experts = GroupedExperts(8, 32, 12, "loop")
+    with torch.no_grad():
+        experts.w13.normal_(0, 0.2, generator=g)
+        experts.w2.normal_(0, 0.2, generator=g)
+    T = 1 if case == "one_token" else 23
+    ids = torch.randint(0, 8, (T, 2), generator=g) if case != "one_expert" else torch.full((T, 2), 5)
+    x, weights = torch.randn(T, 32, generator=g), torch.rand(T, 2, generator=g)
+    r = torch.randn(T, 32, generator=g)
+    outs = {}
+    for impl in ("loop", "grouped"):
+        experts.impl = impl
+        experts.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        y = experts(xi, ids, weights)
+        (y * r).sum().backward()
+        outs[impl] = (y.detach(), xi.grad, experts.w13.grad.clone(), experts.w2.grad.clone())
+    for ref, got in zip(outs["loop"], outs["grouped"]):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # fp32, different summation order only
+
+
+def test_grouped_experts_keep_the_checkpoint_keys():
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    use_grouped_experts(model, "grouped")
+    after = model.state_dict()
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+    with pytest.raises(ValueError, match="experts impl must be one of grouped, loop"):
+        GroupedExperts(8, 4, 2, "triton")
 
 
 def test_loss_weighs_untouched_tokens_by_keep_weight():
@@ -125,17 +177,3 @@ def test_self_draft_fills_only_masks_above_the_random_threshold():
     fill = masked & (p > tau)
     assert torch.equal(still, masked & ~fill) and still.any() and fill.any()
     assert torch.equal(drafted, torch.where(fill, x0, noisy))
-
-
-def test_train_command_writes_a_loadable_model_dir(tmp_path):
-    tc = TrainConfig(out=str(tmp_path), steps=4, minutes=5, vocab_size=300, hidden=32, layers=2, heads=2,
-                     kv_heads=1, experts=8, groups=4, expert_width=12, dense_width=48, task_batch=4, code_batch=2,
-                     code_functions=30, code_length=64, warmup=2, multi_turn=0.5)
-    summary = train(tc, progress=False)
-    assert summary["steps"] == 4
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "presets.json",
-                 "loss.csv", "loss.png", "training.json"):
-        assert (tmp_path / name).exists(), name
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == "llada2_moe" and config["mask_token_id"] != config["eos_token_id"]
-    assert load_model(tmp_path).config.num_experts == 8

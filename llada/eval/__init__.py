@@ -1,7 +1,9 @@
-"""Evaluation of the engine and our small model: checkable tasks, the train / held-out split, the harness.
+"""Evaluation of the engine and our small models: checkable tasks, held-out code, the split, the harness.
 
-    python -m llada.eval --model assets/model --n 50 --seed 0 [--json]
+    python -m llada.eval --model assets/model --n 50 --code-n 50 --seed 0 [--json]
 
-`tasks` makes items with one checkable answer, `split` decides which are held out, `harness` decodes
-them in every mode through `Pipeline.generate` and reports accuracy, TPF, TPS and edits.
+`tasks` makes items with one checkable answer, `split` decides which are held out, `sources` finds the
+installed Python source and splits it by file path, `code` cuts functions and checks completions,
+`harness` decodes tasks in every mode through `Pipeline.generate` and reports accuracy, TPF, TPS and
+edits, `codetrack` does the same for held-out functions (parses, names in scope).
 """

@@ -1,6 +1,6 @@
-"""Score | TPF in miniature: accuracy and speed of every decoding mode on held-out task items.
+"""Score | TPF in miniature: accuracy and speed of every decoding mode, on tasks and on held-out code.
 
-    python -m llada.eval --model assets/model --n 50 --seed 0            # a readable table
+    python -m llada.eval --model assets/model --n 50 --seed 0            # readable tables
     python -m llada.eval --model assets/model --n 50 --seed 0 --json     # the stable JSON shape
 
 For each mode the same items are decoded through `Pipeline.generate` (the one decode loop):
@@ -11,11 +11,14 @@ For each mode the same items are decoded through `Pipeline.generate` (the one de
     S_noedit  S's tau_mask with editing off: what the edits in S are worth
     S_MBE     S with Multi-Block Editing: finished blocks stay editable while the next one decodes
 
-Reported per task and overall: accuracy (exact match of the answer text), TPF (generated tokens /
-all forwards, cache refreshes included), TPS (generated tokens / generation seconds) and edits per
-100 generated tokens (T2T and MBE edits). Every run stops at the first finished block holding EOS
-(`eos_early_stop`), as the answers are short. `--split train` draws items the model may have seen,
-for tuning presets without touching the held-out ones.
+Task track (`tasks`): per task and overall, accuracy (exact match of the answer text), TPF (generated
+tokens / all forwards, cache refreshes included), TPS (generated tokens / generation seconds) and
+edits per 100 generated tokens (T2T and MBE edits). Code track (`codetrack`, `--code-n`): held-out
+functions completed from signature + docstring, scored by `ast.parse` and by the names they read.
+Both report `mbe_runs`: the share of runs that crossed a block boundary in which MBE edited an
+earlier block. Every run stops at the first finished block holding EOS (`eos_early_stop`).
+`--split train` draws task items the model may have seen, for tuning presets without touching the
+held-out ones.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .tasks import TASKS, Item, eval_items
 
@@ -41,7 +44,7 @@ CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(
 
 @dataclass
 class Tally:
-    """Running totals of one mode on one task."""
+    """Running totals of one mode on one set of items."""
 
     correct: int = 0
     items: int = 0
@@ -49,15 +52,27 @@ class Tally:
     forwards: int = 0
     seconds: float = 0.0
     edits: int = 0
+    multi_block: int = 0  # runs whose output crossed a block boundary
+    mbe_fired: int = 0  # ... of which MBE edited an earlier block
 
     def add(self, other: "Tally") -> None:
-        for name in ("correct", "items", "tokens", "forwards", "seconds", "edits"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def summary(self) -> dict:
         return {"accuracy": self.correct / max(self.items, 1), "tpf": self.tokens / max(self.forwards, 1),
                 "tps": self.tokens / self.seconds if self.seconds else 0.0,
-                "edits_per_100": 100.0 * self.edits / max(self.tokens, 1)}
+                "edits_per_100": 100.0 * self.edits / max(self.tokens, 1),
+                "mbe_runs": self.mbe_fired / max(self.multi_block, 1)}
+
+
+def run_tally(result, cfg, correct: int = 0) -> Tally:
+    """The counters of one finished Trace."""
+    tokens = len(result.output_ids)
+    first, last = result.prompt_length // cfg.block_length, (result.prompt_length + tokens - 1) // cfg.block_length
+    multi = int(tokens > 0 and last > first)
+    return Tally(correct=correct, items=1, tokens=tokens, forwards=result.forwards, seconds=result.seconds,
+                 edits=result.edits + result.mbe_edits, multi_block=multi, mbe_fired=multi * int(result.mbe_edits > 0))
 
 
 @dataclass
@@ -83,8 +98,7 @@ def score_item(pipe, item: Item, cfg) -> Tally:
     """Decode one prompt and check its answer."""
     result = pipe.generate(pipe.encode(item.prompt), cfg)
     text = pipe.decode_text([t for t in result.output_ids if t != pipe.eos_id])
-    return Tally(correct=int(item.check(text)), items=1, tokens=len(result.output_ids), forwards=result.forwards,
-                 seconds=result.seconds, edits=result.edits + result.mbe_edits)
+    return run_tally(result, cfg, correct=int(item.check(text)))
 
 
 def mode_config(pipe, mode: str, gen_length: int):
@@ -100,7 +114,7 @@ def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None 
     modes = modes or list(MODES)
     items = {task: eval_items(task, n, seed, split) for task in tasks}
     pipe.generate(pipe.encode("1+1="), mode_config(pipe, "S", gen_length))  # warm-up, not timed
-    bar = tqdm(total=len(modes) * sum(map(len, items.values())), desc="eval", file=sys.stderr,
+    bar = tqdm(total=len(modes) * sum(map(len, items.values())), desc="eval tasks", file=sys.stderr,
                disable=not progress)
     out = {}
     for mode in modes:
@@ -125,12 +139,15 @@ def format_table(report: dict) -> str:
     head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc \\| TPF" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in modes.items():
-        edit = "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"
-        cells = [name, f"{m['threshold']:g}", edit, f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
+        cells = [name, f"{m['threshold']:g}", _edit(m), f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
                  f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}"]
         cells += [f"{100 * m['tasks'][t]['accuracy']:.0f} \\| {m['tasks'][t]['tpf']:.2f}" for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     return f"model {report['model']}, seed {report['seed']}, n {report['n']} per task\n\n" + "\n".join(lines)
+
+
+def _edit(m: dict) -> str:
+    return "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"
 
 
 def code_samples(pipe, prompts=CODE_PROMPTS, mode: str = "S", gen_length: int = 128) -> list[dict]:
@@ -152,7 +169,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", choices=("eval", "train"), default="eval")
     ap.add_argument("--gen-length", type=int, default=32)
+    ap.add_argument("--code-n", type=int, default=50, help="held-out functions of the code track (0: no code track)")
+    ap.add_argument("--code-gen-length", type=int, default=128)
+    ap.add_argument("--code-root", action="append", default=None,
+                    help="directory of .py files for the code track (repeatable; default: the installed Python)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--json", action="store_true", help="print the JSON report only")
     ap.add_argument("--samples", action="store_true", help="also print code samples (S mode, 128 tokens)")
     args = ap.parse_args(argv)
@@ -162,23 +184,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"unknown {name[:-1]} {bad[0]!r}; choose from {', '.join(allowed)}")
     if args.n < 1:
         ap.error("--n must be at least 1")
+    if args.code_n < 0:
+        ap.error("--code-n must be 0 (no code track) or more")
+    if args.device not in ("cpu", "cuda"):
+        ap.error(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device")
     return args
+
+
+def full_report(pipe, args) -> dict:
+    """Task track, then (unless --code-n 0) the code track under the "code" key."""
+    from .codetrack import evaluate_code, held_out_items
+
+    modes = args.modes.split(",")
+    report = evaluate(pipe, args.tasks.split(","), args.n, args.seed, modes, args.split, args.gen_length)
+    if args.code_n:
+        items = held_out_items(args.code_n, args.seed, args.code_root)
+        report["code"] = evaluate_code(pipe, items, modes, args.code_gen_length)
+    return report
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
     from ..pipeline import Pipeline
+    from .codetrack import format_code_table
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    pipe = Pipeline.load(args.model)
-    report = evaluate(pipe, args.tasks.split(","), args.n, args.seed, args.modes.split(","), args.split,
-                      args.gen_length)
+    pipe = Pipeline.load(args.model, device=args.device)
+    report = full_report(pipe, args)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(format_table(report))
+        if "code" in report:
+            print("\n" + format_code_table(report["code"]))
     if args.samples:
         for s in code_samples(pipe):
             print(f"\n--- {s['prompt']!r}  ({s['tokens']} tokens, TPF {s['tpf']:.2f}, {s['tps']:.0f} tok/s)")

@@ -1,7 +1,10 @@
-"""Training our small LLaDA2.1-style model (apart from the engine, which it only uses).
+"""Training our small LLaDA2.1-style models (apart from the engine, which it only uses).
 
-    python -m llada.train --out assets/model
+    python -m llada.train --preset tiny      # about a minute on a CPU: the whole pipeline at toy size
+    python -m llada.train --preset code      # the Python-writing model, 11 minutes of training on one H100/H200
 
-`corpus` reads Python code, `bpe` trains the tokenizer, `data` lays out batches, `objective` is the
-M2T + T2T loss, `loop` runs it all and writes a checkpoint the engine loads like any other.
+`recipes` names the presets and sizes them, `corpus` reads the installed Python source, `bpe` trains
+the tokenizer, `data` lays out rows, `build` puts corpus, tokenizer, rows and model together,
+`objective` is the M2T + T2T loss, `experts` the grouped-GEMM MoE used in training, `loop` trains,
+`export` writes sharded safetensors, `logs` the loss files, `card` the model card, `cli` the command.
 """

@@ -1,3 +1,3 @@
-from .loop import main
+from .cli import main
 
 main()

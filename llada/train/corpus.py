@@ -1,89 +1,91 @@
-"""Python code to learn from: the functions of the running interpreter's standard library.
+"""The training corpus: the training split of the Python source installed on this machine.
 
-Nothing is downloaded. Every `.py` file under `sysconfig.get_paths()["stdlib"]` (skipping tests,
-site-packages and GUI demos) is parsed with `ast`; every function definition becomes one example,
-its docstring dropped and its text normalised by `ast.unparse` (one style, no comments). An example
-splits into a prompt (the `def` line) and a body, which is exactly how the playground is used:
+`llada.eval.sources` finds, deduplicates, filters and splits the files (by a hash of their path);
+this module keeps the training split, parses every file once (`ast`: a file that is not Python 3 is
+dropped here, counted as "syntax") and cuts out its functions (`llada.eval.code.functions_of`). The
+model then learns from two views of the same files (`data.py`):
 
-    def fibonacci(n):              <- prompt
-        if n < 2: ...              <- what the model writes
+    windows     the files themselves, cut into rows of `code_length` tokens (the last one EOS-padded)
+    functions   signature + docstring as the prompt, the body as the answer, then EOS: the code track
 
-Functions are split between train and eval by a stable hash of their text, like the tasks.
+Parsing runs in a process pool when there are many files (the GPU machine has cores to spare).
 """
 
 from __future__ import annotations
 
 import ast
-import sysconfig
+import os
+import random
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-from ..eval.split import is_held_out
+from ..eval.code import CodeFunction, functions_of
+from ..eval.sources import SourceFile, SourceStats, load_sources, source_roots
 
-SKIP_PARTS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo",
-              "lib2to3", "ensurepip", "pydoc_data", "__phello__"}
-EVAL_BUCKETS = 20
+POOL_MIN_FILES = 200  # below this, a process pool costs more than it saves
 
 
-@dataclass(frozen=True)
-class CodeExample:
-    prompt: str  # "def name(args):\n"
-    body: str  # the indented body, ending with a newline
+@dataclass
+class CodeCorpus:
+    files: list[SourceFile]  # training split, Python 3 only
+    functions: list[CodeFunction]  # every function of those files
+    held_out: list[SourceFile]  # the held-out split (never trained on; counted for the model card)
+    stats: SourceStats
+    roots: list[Path]
 
     @property
-    def text(self) -> str:
-        return self.prompt + self.body
+    def chars(self) -> int:
+        return sum(len(f.text) for f in self.files)
 
 
-def stdlib_files(root: str | Path | None = None) -> list[Path]:
-    """The standard library's .py files, sorted, without tests and vendored packages."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
-    files = [p for p in root.rglob("*.py") if not SKIP_PARTS & set(p.relative_to(root).parts)]
-    return sorted(files)
-
-
-def _drop_docstring(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-    body = fn.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        fn.body = body[1:] or [ast.Pass()]
-
-
-def functions_of(source: str, max_chars: int) -> Iterator[CodeExample]:
-    """Every plain function of a module (methods and nested ones included), docstrings dropped."""
+def _functions_or_none(key: str, text: str) -> list[CodeFunction] | None:
+    """The file's functions, or None when it is not Python 3 source."""
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.FunctionDef) or node.decorator_list:
+        return functions_of(key, text, ast.parse(text), scoped=False)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _parse_all(files: list[SourceFile], workers: int, progress: bool) -> list[list[CodeFunction] | None]:
+    from tqdm import tqdm
+
+    keys, texts = [f.key for f in files], [f.text for f in files]
+    bar = dict(total=len(files), desc="parse", unit="file", disable=not progress, mininterval=2.0)
+    if workers <= 1 or len(files) < POOL_MIN_FILES:
+        return list(tqdm(map(_functions_or_none, keys, texts), **bar))
+    with ProcessPoolExecutor(workers) as pool:
+        return list(tqdm(pool.map(_functions_or_none, keys, texts, chunksize=32), **bar))
+
+
+def build_corpus(sources: tuple[str, ...], roots: list[str | Path] | None = None, max_files: int | None = None,
+                 workers: int | None = None, progress: bool = True) -> CodeCorpus:
+    """The training split of `sources` (or of explicit `roots`), parsed, with its functions."""
+    roots = source_roots(sources) if roots is None else [Path(r) for r in roots]
+    stats = SourceStats()
+    both = load_sources(roots, max_files=None if max_files is None else 2 * max_files, stats=stats)
+    files = [f for f in both if f.split == "train"][:max_files]
+    parsed = _parse_all(files, workers or os.cpu_count() or 1, progress)
+    kept, functions = [], []
+    for file, fns in zip(files, parsed):
+        if fns is None:
+            stats.drop("syntax")
+            stats.kept["train"] -= 1
+            stats.chars["train"] -= len(file.text)
             continue
-        _drop_docstring(node)
-        text = ast.unparse(node) + "\n"
-        head, sep, body = text.partition(":\n")
-        if sep and 40 <= len(text) <= max_chars and "\n" not in head and text.isascii():
-            yield CodeExample(head + ":\n", body)
+        kept.append(file)
+        functions += fns
+    return CodeCorpus(kept, functions, [f for f in both if f.split == "eval"], stats, roots)
 
 
-def is_eval(example: CodeExample) -> bool:
-    return is_held_out(example.text, EVAL_BUCKETS)
-
-
-def load_functions(split: str = "train", max_chars: int = 600, root: str | Path | None = None,
-                   limit: int | None = None) -> list[CodeExample]:
-    """Deduplicated stdlib functions of one split, in a stable order."""
-    seen, out = set(), []
-    for path in stdlib_files(root):
-        try:
-            source = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        for ex in functions_of(source, max_chars):
-            if ex.text in seen or is_eval(ex) != (split == "eval"):
-                continue
-            seen.add(ex.text)
-            out.append(ex)
-            if limit is not None and len(out) >= limit:
-                return out
+def bpe_sample(corpus: CodeCorpus, max_chars: int, seed: int) -> list[str]:
+    """Texts the tokenizer learns from: whole training files in a seeded order, up to `max_chars`."""
+    order = list(range(len(corpus.files)))
+    random.Random(f"bpe/{seed}").shuffle(order)
+    out, total = [], 0
+    for i in order:
+        if total >= max_chars:
+            break
+        out.append(corpus.files[i].text)
+        total += len(corpus.files[i].text)
     return out

@@ -1,24 +1,32 @@
-"""Training batches: tasks and stdlib code, tokenized and laid out the way the decoder reads them.
+"""Training rows: tasks and code, tokenized and laid out the way the decoder reads them.
 
 A row is `prompt ids + answer ids + EOS`, padded with EOS to a fixed length (a whole number of
 blocks). Prompt and answer are tokenized separately, exactly as at generation time (the prompt is
 encoded alone and the model writes the rest), and the EOS padding teaches the model to stop: the
-decoder fills gen_length positions and cuts after the first EOS.
+decoder fills gen_length positions and cuts after the first EOS. Three kinds of rows:
 
-    task rows  (N, 32): "317+985=" "1302" EOS EOS ...
-    code rows  (N, 128): "def name(args):\n" body EOS ...   (longer bodies are cut, without EOS)
+    task rows      (N, 32)   "317+985=" | "1302" EOS EOS ...
+    function rows  (N, 256)  "def f(x):\\n    \\"\\"\\"doc\\"\\"\\"\\n" | body EOS EOS ...  (long bodies are cut)
+    window rows    (N, 256)  a file cut into rows of 256 tokens, the last one closed by EOS and padded;
+                             a random head of up to a quarter of the row is the prompt
+
+Code rows span several blocks (256 = 8 blocks of 32), so every block learns to continue the clean
+blocks before it, and later blocks give multi-block editing (MBE) something to revise.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 
-from .corpus import CodeExample
-from .objective import Batch
+from ..eval.code import CodeFunction
 from ..eval.tasks import TASKS, TRAIN_WEIGHTS, Item, sample
+from .objective import Batch
+
+ENCODE_CHUNK = 512  # texts per tokenizer call: bounded memory for a corpus of millions of tokens
 
 
 @dataclass(frozen=True)
@@ -27,23 +35,131 @@ class Encoded:
     answer: list[int]  # answer tokens followed by EOS (unless cut)
 
 
+@dataclass
+class Rows:
+    """Rows of one kind: ids (N, L) int32, prompt_len (N,), answer_len (N,) (answer + first EOS)."""
+
+    ids: torch.Tensor
+    prompt_len: torch.Tensor
+    answer_len: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens that carry content (prompt + answer + first EOS), padding excluded."""
+        return int((self.prompt_len + self.answer_len).sum())
+
+    def to(self, device) -> "Rows":
+        return Rows(self.ids.to(device), self.prompt_len.to(device), self.answer_len.to(device))
+
+
+def encode_texts(tokenizer, texts: list[str], progress: bool = False, desc: str = "tokenize") -> list[list[int]]:
+    """Token ids of every text (no special tokens), encoded in chunks by the Rust tokenizer."""
+    from tqdm import tqdm
+
+    backend, out = tokenizer.backend_tokenizer, []
+    for start in tqdm(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", disable=not progress,
+                      mininterval=2.0):
+        out += [e.ids for e in backend.encode_batch(texts[start:start + ENCODE_CHUNK], add_special_tokens=False)]
+    return out
+
+
 def encode_pairs(tokenizer, pairs: list[tuple[str, str]], eos_id: int) -> list[Encoded]:
     """Tokenize (prompt, answer) pairs separately, answers closed by EOS. `tokenizer` is a HF fast one."""
-    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([a for _, a in pairs], add_special_tokens=False)["input_ids"]
+    prompts = encode_texts(tokenizer, [p for p, _ in pairs])
+    answers = encode_texts(tokenizer, [a for _, a in pairs])
     return [Encoded(list(p), list(a) + [eos_id]) for p, a in zip(prompts, answers)]
 
 
-def to_batch(rows: list[Encoded], length: int, eos_id: int) -> Batch:
-    """Pack encoded rows into a Batch of shape (N, length); too-long answers are cut."""
-    ids = torch.full((len(rows), length), eos_id, dtype=torch.long)
+def to_rows(rows: list[Encoded], length: int, eos_id: int) -> Rows:
+    """Pack encoded rows into (N, length); too-long answers are cut."""
+    ids = torch.full((len(rows), length), eos_id, dtype=torch.int32)
     prompt_len, answer_len = [], []
     for i, row in enumerate(rows):
         seq = (row.prompt + row.answer)[:length]
-        ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+        ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.int32)
         prompt_len.append(len(row.prompt))
         answer_len.append(len(seq) - len(row.prompt))
-    return Batch(ids, torch.tensor(prompt_len), torch.tensor(answer_len))
+    return Rows(ids, torch.tensor(prompt_len, dtype=torch.int32), torch.tensor(answer_len, dtype=torch.int32))
+
+
+def to_batch(rows: list[Encoded], length: int, eos_id: int) -> Batch:
+    r = to_rows(rows, length, eos_id)
+    return Batch(r.ids.long(), r.prompt_len.long(), r.answer_len.long())
+
+
+def window_rows(token_lists: Iterable[list[int]], length: int, eos_id: int) -> Rows:
+    """Every text + EOS cut into rows of `length`; the last row of a text is EOS-padded."""
+    chunks, content = [torch.zeros(0, length, dtype=torch.int32)], [torch.zeros(0, dtype=torch.int32)]
+    for ids in token_lists:
+        seq = torch.tensor(list(ids) + [eos_id], dtype=torch.int32)
+        n_rows = -(-len(seq) // length)
+        padded = torch.full((n_rows * length,), eos_id, dtype=torch.int32)
+        padded[:len(seq)] = seq
+        chunks.append(padded.view(n_rows, length))
+        per_row = torch.full((n_rows,), length, dtype=torch.int32)  # (n_rows,) content tokens of each row
+        per_row[-1] = len(seq) - length * (n_rows - 1)
+        content.append(per_row)
+    ids, answer = torch.cat(chunks), torch.cat(content)
+    return Rows(ids, torch.zeros(len(ids), dtype=torch.int32), answer)
+
+
+def function_rows(tokenizer, functions: list[CodeFunction], length: int, eos_id: int) -> Rows:
+    """Prompt = signature + docstring, answer = body + EOS; prompts of half a row or more are dropped."""
+    encoded = encode_pairs(tokenizer, [(f.prompt, f.body) for f in functions], eos_id)
+    return to_rows([r for r in encoded if len(r.prompt) < length // 2], length, eos_id)
+
+
+class RowSampler:
+    """Endless batches from Rows, one shuffled pass after another; window rows get a random prompt head."""
+
+    def __init__(self, rows: Rows, batch_size: int, seed: int, max_prompt: int = 0):
+        self.rows, self.batch_size, self.max_prompt = rows, batch_size, max_prompt
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order, self.cursor = torch.zeros(0, dtype=torch.long), 0
+
+    def _pick(self) -> torch.Tensor:
+        picked = []
+        need = self.batch_size
+        while need:
+            if self.cursor >= len(self.order):
+                self.order, self.cursor = torch.randperm(len(self.rows), generator=self.gen), 0
+            take = self.order[self.cursor:self.cursor + need]
+            picked.append(take)
+            self.cursor += len(take)
+            need -= len(take)
+        return torch.cat(picked)
+
+    def next(self) -> Batch:
+        idx = self._pick().to(self.rows.ids.device)
+        prompt = self.rows.prompt_len[idx].long()
+        answer = self.rows.answer_len[idx].long()
+        if self.max_prompt:  # windows: the first few tokens become a frozen prompt
+            head = torch.randint(0, self.max_prompt + 1, (len(idx),), generator=self.gen).to(idx.device)
+            head = torch.minimum(head, answer - 1).clamp(min=0)
+            prompt, answer = prompt + head, answer - head
+        return Batch(self.rows.ids[idx].long(), prompt, answer)
+
+
+class CodeStream:
+    """Code batches: window rows with probability `window_share`, otherwise function rows."""
+
+    def __init__(self, windows: Rows, functions: Rows, batch_size: int, seed: int, window_share: float):
+        if not len(windows) and not len(functions):
+            raise ValueError("the code corpus is empty: no training rows were built")
+        length = windows.ids.shape[1] if len(windows) else functions.ids.shape[1]
+        self.windows = RowSampler(windows, batch_size, seed, max_prompt=length // 4) if len(windows) else None
+        self.functions = RowSampler(functions, batch_size, seed + 1) if len(functions) else None
+        share = window_share if self.windows and self.functions else float(self.windows is not None)
+        self.share, self.rng = share, random.Random(f"code/{seed}")
+
+    def next(self) -> tuple[str, Batch]:
+        """("window" or "function", batch)."""
+        if self.rng.random() < self.share:
+            return "window", self.windows.next()
+        return "function", self.functions.next()
 
 
 class TaskStream:
@@ -64,29 +180,3 @@ class TaskStream:
         pairs = [(it.prompt, it.answer) for it in self.items()]
         rows = [r for r in encode_pairs(self.tokenizer, pairs, self.eos_id) if len(r.prompt) < self.length]
         return to_batch(rows, self.length, self.eos_id)
-
-
-class CodeStream:
-    """Endless shuffled batches of stdlib functions (prompt = the def line, answer = the body)."""
-
-    def __init__(self, tokenizer, eos_id: int, length: int, batch_size: int, seed: int,
-                 examples: list[CodeExample]):
-        pairs = [(ex.prompt, ex.body) for ex in examples]
-        encoded = encode_pairs(tokenizer, pairs, eos_id)
-        self.rows = [r for r in encoded if len(r.prompt) < length // 2]
-        self.eos_id, self.length, self.batch_size = eos_id, length, batch_size
-        self.rng, self.order, self.cursor = random.Random(f"code/{seed}"), [], 0
-
-    def next(self) -> Batch:
-        picked = []
-        while len(picked) < self.batch_size:
-            if self.cursor >= len(self.order):
-                self.order, self.cursor = list(range(len(self.rows))), 0
-                self.rng.shuffle(self.order)
-            picked.append(self.rows[self.order[self.cursor]])
-            self.cursor += 1
-        return to_batch(picked, self.length, self.eos_id)
-
-    @property
-    def tokens(self) -> int:
-        return sum(min(len(r.prompt) + len(r.answer), self.length) for r in self.rows)

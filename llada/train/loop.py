@@ -1,291 +1,334 @@
-"""Train the embedded model from scratch on this machine: `python -m llada.train --out assets/model`.
+"""The training loop: `python -m llada.train --preset NAME` builds the data and the model, then trains.
 
-Steps, all local (nothing is downloaded):
+One step draws a batch (a task batch, or a code batch of file windows or functions, by `code_share`),
+a block length (`block_lengths`), and whether the model drafts the masks itself first (multi-turn
+forward, `multi_turn` / `code_multi_turn`), then minimises the M2T + T2T loss (`objective`).
 
-1. data: functions of the interpreter's standard library (`corpus`) and synthetic tasks (`tasks`);
-2. tokenizer: a byte-level BPE trained on that text (`bpe`), with `<|endoftext|>` and `<|mask|>`;
-3. model: a small LLaDA2 MoE (first layer dense, then routed experts in groups, a shared expert);
-4. objective: M2T + T2T under the block-causal [clean ; noisy] layout (`objective`), optionally with
-   multi-turn forward (the model repairs its own drafts);
-5. router balance without an auxiliary loss: after each step every MoE layer nudges `expert_bias` up
-   for experts that got fewer tokens than average and down for busier ones (sign update);
-6. output: config.json + model.safetensors (Hugging Face layout), tokenizer files, presets.json,
-   loss.csv and loss.png, training.json; then a load-and-generate check through `Pipeline`.
+    router balance   no auxiliary loss: after each step every MoE layer nudges `expert_bias` up for
+                     experts that got fewer tokens than average and down for busier ones (sign update)
+    schedule         linear warmup, then cosine to 10% along the run's fraction (time or steps)
+    bounds           wall time (`minutes`) or steps (`steps`), whichever comes first
+    CUDA             bf16 autocast over fp32 master weights, fused AdamW, experts as grouped GEMMs
+                     (`experts.py`) and each layer compiled with torch.compile; if compiling fails the
+                     run says so and continues eagerly
+    CPU              fp32, the engine's expert loop, one thread by default (on cores shared with other
+                     jobs, two OpenMP threads spend most of their time waiting for each other)
+    checkpoints      every `checkpoint_minutes` the model is written to OUT/checkpoint in the final
+                     format (loadable by the engine, and by `--init` to continue)
 
-Training is bounded by wall time (`--minutes`) or steps (`--steps`); the learning rate follows a
-warmup + cosine schedule over whichever bound comes first. `--init DIR` continues from a saved model
-(its tokenizer and weights) instead of starting from scratch. One thread by default: on cores shared
-with other jobs, two OpenMP threads spend most of their time waiting for each other.
+`finish` writes the model directory: sharded bf16 safetensors + index (`export`), tokenizer,
+presets.json (the preset's decoding modes), loss.csv, loss.png and training.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 
-from .bpe import build_tokenizer, load_fast, save_tokenizer
-from ..checkpoint import load_model, save_model
-from ..config import ModelConfig
-from .corpus import load_functions
-from .data import CodeStream, TaskStream
-from ..model import LLaDA2MoE, Router
+from ..model import LLaDA2MoE, MoE
 from ..presets import write_presets
-from .objective import NoiseConfig, diffusion_loss
-from ..eval.tasks import TASKS, TRAIN_WEIGHTS, sample
+from .bpe import save_tokenizer
+from .build import Built, build
+from .experts import use_grouped_experts
+from .export import save_sharded
+from .logs import loss_ends, plot_loss, write_csv
+from .objective import Batch, NoiseConfig, diffusion_loss
+from .recipes import SHIPPED_DECODING, TRAINING_PRESETS
+from ..eval.tasks import TRAIN_WEIGHTS
 
-PRESETS = {  # decoding modes tuned for the shipped model on training-split items (see its README)
-    "S": {"threshold": 0.05, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 32,
-          "eos_early_stop": True},
-    "Q": {"threshold": 0.9, "editing_threshold": 0.5, "max_post_steps": 4, "block_length": 16,
-          "eos_early_stop": True},
-    "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 4, "block_length": 16,
-            "eos_early_stop": True},
-}
+PRESETS = SHIPPED_DECODING  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)
 
 
 @dataclass
 class TrainConfig:
-    out: str = "assets/model"
+    preset: str = "custom"
+    out: str = "runs/custom"
     seed: int = 0
-    minutes: float = 35.0
-    steps: int | None = None  # stop after this many steps (default: time bound only)
-    vocab_size: int = 1024
-    hidden: int = 192
-    layers: int = 4
-    heads: int = 6
-    kv_heads: int = 2
-    experts: int = 16
+    minutes: float = 15.0
+    steps: int | None = None  # stop after this many steps (default: the time bound only)
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda
+    compile: str = "auto"  # auto (on CUDA) | on | off
+    experts_impl: str = "auto"  # auto (grouped on CUDA) | grouped | loop
+    threads: int = 1
+    checkpoint_minutes: float = 0.0  # 0: no intermediate checkpoints
+    sources: tuple[str, ...] = ("stdlib", "site-packages")
+    roots: tuple[str, ...] | None = None  # explicit directories instead of the installed sources
+    max_files: int | None = None  # use at most this many training files
+    bpe_chars: int = 20_000_000
+    vocab_size: int = 8192
+    hidden: int = 256
+    layers: int = 8
+    heads: int = 8
+    kv_heads: int = 4
+    experts: int = 32
     top_k: int = 2
     groups: int = 4
     topk_group: int = 2
-    expert_width: int = 96
-    dense_width: int = 384
-    block_lengths: tuple[int, ...] = (16, 16, 16, 32)
+    expert_width: int = 128
+    dense_width: int = 512
+    block_lengths: tuple[int, ...] = (32,)
+    code_length: int = 256
+    code_batch: int = 32
+    window_share: float = 0.5  # code batches of file windows (else functions)
     task_length: int = 32
-    code_length: int = 128
-    task_batch: int = 32
-    code_batch: int = 8
-    code_every: int = 5  # one code batch after every (code_every - 1) task batches
-    task_weights: str = ",".join(f"{k}={v}" for k, v in TRAIN_WEIGHTS.items())  # share of each task
-    code_functions: int | None = None  # limit the corpus (default: every train function)
+    task_batch: int = 64
+    code_share: float = 0.8  # share of steps that train on code (the rest on tasks)
+    task_weights: str = ",".join(f"{k}={v}" for k, v in TRAIN_WEIGHTS.items())
+    multi_turn: float = 0.25  # probability that a task batch is drafted by the model first
+    code_multi_turn: float = 0.2  # ... and a code batch
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    multi_turn: float = 0.25  # probability that a task batch is drafted by the model first
     bias_rate: float = 1e-3
     init: str | None = None  # continue from this model directory (its tokenizer and weights)
-    threads: int = 1  # on shared cores one thread beats two: OpenMP threads wait on each other
+    eval_n: int = 50  # after training: task items per task
+    code_n: int = 64  # ... held-out functions
+    samples: int = 10  # ... code samples written into the card
+    eval_gen_length: int = 128  # gen_length of the code track
     noise: NoiseConfig = field(default_factory=NoiseConfig)
 
 
-def model_config(tc: TrainConfig, vocab: int) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=vocab, hidden_size=tc.hidden, num_hidden_layers=tc.layers,
-        num_attention_heads=tc.heads, num_key_value_heads=tc.kv_heads, head_dim=tc.hidden // tc.heads,
-        partial_rotary_factor=0.5, rope_theta=10000.0, intermediate_size=tc.dense_width,
-        moe_intermediate_size=tc.expert_width, num_experts=tc.experts, num_experts_per_tok=tc.top_k,
-        n_group=tc.groups, topk_group=tc.topk_group, num_shared_experts=1, first_k_dense_replace=1,
-        routed_scaling_factor=2.5, max_position_embeddings=1024)
+def preset_config(name: str, **overrides) -> TrainConfig:
+    """The TrainConfig of a training preset, `overrides` on top."""
+    if name not in TRAINING_PRESETS:
+        raise ValueError(f"unknown training preset {name!r}; choose from {', '.join(TRAINING_PRESETS)}")
+    known = {f.name for f in fields(TrainConfig)}
+    bad = [k for k in overrides if k not in known]
+    if bad:
+        raise ValueError(f"unknown training setting {bad[0]!r}")
+    return check_config(TrainConfig(**(TRAINING_PRESETS[name].values | {"preset": name} | overrides)))
+
+
+def check_config(tc: TrainConfig) -> TrainConfig:
+    """Refuse settings that cannot run, naming the setting and what it allows."""
+    resolve_device(tc.device)
+    compile_on(tc, torch.device("cpu"))
+    if tc.experts_impl not in ("auto", "grouped", "loop"):
+        raise ValueError(f"experts_impl must be auto, grouped or loop, got {tc.experts_impl!r}")
+    for name in ("code_share", "window_share", "multi_turn", "code_multi_turn"):
+        if not 0.0 <= getattr(tc, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(tc, name)}")
+    if tc.minutes <= 0 or (tc.steps is not None and tc.steps < 1):
+        raise ValueError("minutes must be positive and steps at least 1")
+    if not any(tc.code_length % b == 0 for b in tc.block_lengths):
+        raise ValueError(f"no block length in {tc.block_lengths} divides code_length {tc.code_length}")
+    return tc
 
 
 class ExpertBalancer:
-    """Aux-loss-free load balance: count routed tokens per expert, then sign-update `expert_bias`."""
+    """Aux-loss-free load balance: read the tokens each expert got, then sign-update `expert_bias`."""
 
     def __init__(self, model: LLaDA2MoE, rate: float):
-        self.rate, self.counts = rate, {}
-        self.routers = [m for m in model.modules() if isinstance(m, Router)]
-        for router in self.routers:
-            router.register_forward_hook(self._count)
+        self.rate = rate
+        self.layers = [m for m in model.modules() if isinstance(m, MoE)]
 
-    def _count(self, router, inputs, output) -> None:
-        if torch.is_grad_enabled():  # count the training forward only
-            ids = output[0]
-            self.counts[router] = torch.bincount(ids.flatten(), minlength=router.expert_bias.numel()).float()
-
+    @torch.no_grad()
     def step(self) -> float:
-        """Update the biases; returns the worst max/mean load ratio seen this step."""
-        worst = 1.0
-        for router, load in self.counts.items():
-            router.expert_bias += self.rate * torch.sign(load.mean() - load)
-            worst = max(worst, float(load.max() / load.mean().clamp(min=1)))
-        self.counts.clear()
-        return worst
+        """Update the biases from the last training forward; returns the worst max/mean load ratio."""
+        worst = torch.ones((), device=self.layers[0].experts.load.device) if self.layers else torch.ones(())
+        for moe in self.layers:
+            load = moe.experts.load
+            moe.gate.expert_bias += self.rate * torch.sign(load.mean() - load)
+            worst = torch.maximum(worst, load.max() / load.mean().clamp(min=1))
+        return float(worst)
 
 
 def lr_at(tc: TrainConfig, step: int, frac: float) -> float:
     """Linear warmup over `warmup` steps, then cosine to 10% along the run's fraction `frac`."""
-    warm = min(1.0, (step + 1) / tc.warmup)
+    warm = min(1.0, (step + 1) / max(tc.warmup, 1))
     return tc.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def tokenizer_texts(tc: TrainConfig, functions) -> list[str]:
-    """What the BPE learns from: the code corpus plus task text (digits, words, names)."""
-    rng = random.Random(f"bpe/{tc.seed}")
-    texts = [ex.text for ex in functions]
-    for task in TASKS:
-        texts += [it.prompt + it.answer for it in (sample(task, rng, "train") for _ in range(2000))]
-    return texts
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for, but torch sees no CUDA device (use --device cpu)")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
 
 
-def prepare(tc: TrainConfig):
-    """Corpus, tokenizer (saved into tc.out), model and the two batch streams."""
-    out = Path(tc.out)
-    out.mkdir(parents=True, exist_ok=True)
-    functions = load_functions("train", limit=tc.code_functions)
-    torch.manual_seed(tc.seed)
-    if tc.init:
-        save_tokenizer(load_fast(tc.init).backend_tokenizer, out)
-        model = load_model(tc.init).train().requires_grad_(True)
+def experts_impl(tc: TrainConfig, device: torch.device) -> str:
+    """grouped GEMMs on CUDA, the engine's loop on CPU, unless the config names one."""
+    if tc.experts_impl == "auto":
+        return "grouped" if device.type == "cuda" else "loop"
+    return tc.experts_impl
+
+
+def compile_on(tc: TrainConfig, device: torch.device) -> bool:
+    if tc.compile not in ("auto", "on", "off"):
+        raise ValueError(f"compile must be auto, on or off, got {tc.compile!r}")
+    return tc.compile == "on" or (tc.compile == "auto" and device.type == "cuda")
+
+
+def decoding_presets(tc: TrainConfig) -> dict[str, dict]:
+    """The decoding modes a run's model ships: its training preset's (the shipped table otherwise)."""
+    return TRAINING_PRESETS[tc.preset].decoding if tc.preset in TRAINING_PRESETS else PRESETS
+
+
+@dataclass
+class Run:
+    """The state of one training run."""
+
+    tc: TrainConfig
+    built: Built
+    device: torch.device
+    opt: torch.optim.Optimizer
+    balancer: ExpertBalancer
+    gen: torch.Generator
+    pick: random.Random
+    compiled: bool
+    log: list = field(default_factory=list)
+
+
+def setup(tc: TrainConfig, progress: bool) -> Run:
+    device = resolve_device(tc.device)
+    if device.type == "cpu":
+        torch.set_num_threads(tc.threads)
+    built = build(tc, device, progress)
+    model = built.model.to(device).train()
+    use_grouped_experts(model, experts_impl(tc, device))
+    compiled = compile_on(tc, device)
+    if compiled:
+        from torch._dynamo import config as dynamo_config
+
+        # graph variants: {dense, MoE layer} x {task, code batch shape}; room to spare before dynamo gives up
+        dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 32)
+        for layer in model.layers:
+            layer.compile(dynamic=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=tc.weight_decay,
+                            fused=device.type == "cuda")
+    gen = torch.Generator(device=device).manual_seed(tc.seed)
+    return Run(tc, built, device, opt, ExpertBalancer(model, tc.bias_rate), gen, random.Random(f"blocks/{tc.seed}"),
+               compiled)
+
+
+def _draw(run: Run, step: int) -> tuple[str, Batch, int, bool]:
+    """The step's kind ("task", "window" or "function"), batch, block length and whether to self-draft."""
+    tc = run.tc
+    is_code = math.floor((step + 1) * tc.code_share) > math.floor(step * tc.code_share)
+    if is_code:
+        kind, batch = run.built.code.next()
     else:
-        save_tokenizer(build_tokenizer(tokenizer_texts(tc, functions), tc.vocab_size), out)
-        model = None
-    hf = load_fast(out)
-    if model is None:
-        model = LLaDA2MoE(model_config(tc, len(hf))).init_weights(seed=tc.seed)
-    weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}
-    tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed, weights)
-    code = CodeStream(hf, hf.eos_token_id, tc.code_length, tc.code_batch, tc.seed, functions)
-    return hf, model, tasks, code
+        kind, batch = "task", run.built.tasks.next()
+    batch = Batch(*(t.to(run.device, non_blocking=True) for t in (batch.ids, batch.prompt_len, batch.answer_len)))
+    block = run.pick.choice([b for b in tc.block_lengths if batch.ids.shape[1] % b == 0] or [batch.ids.shape[1]])
+    multi = run.pick.random() < (tc.code_multi_turn if is_code else tc.multi_turn) and step > tc.warmup
+    return kind, batch, block, multi
 
 
-def train(tc: TrainConfig, progress: bool = True) -> dict:
-    """Run the whole recipe; returns the training summary also written to training.json."""
+def _loss(run: Run, batch: Batch, block: int, multi: bool) -> torch.Tensor:
+    model, mask_id = run.built.model, run.built.tokenizer.mask_token_id
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.device.type == "cuda"):
+        return diffusion_loss(model, batch, block, mask_id, run.tc.noise, run.gen, multi_turn=multi)
+
+
+def _uncompile(run: Run, err: Exception) -> None:
+    print(f"torch.compile failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); continuing eagerly")
+    for layer in run.built.model.layers:
+        layer._compiled_call_impl = None
+    run.compiled = False
+
+
+def train_step(run: Run, step: int, lr: float) -> dict:
+    kind, batch, block, multi = _draw(run, step)
+    try:
+        loss = _loss(run, batch, block, multi)
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+    except Exception as err:  # noqa: BLE001 - only a compile failure is forgiven, once
+        if not run.compiled:
+            raise
+        _uncompile(run, err)
+        loss = _loss(run, batch, block, multi)
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+    for group in run.opt.param_groups:
+        group["lr"] = lr
+    torch.nn.utils.clip_grad_norm_(run.built.model.parameters(), 1.0)
+    run.opt.step()
+    return {"step": step, "kind": kind, "block": block, "loss": loss.item(), "lr": lr,
+            "max_load": round(run.balancer.step(), 2)}
+
+
+def train(tc: TrainConfig, progress: bool = True, on_ready=None) -> dict:
+    """Build, train within the bounds, write the model directory; returns the summary (training.json).
+
+    on_ready(run) is called once everything is built, before the first step (the CLI prints the plan)."""
     from tqdm import tqdm
 
-    torch.set_num_threads(tc.threads)
-    hf, model, tasks, code = prepare(tc)
-    mask_id = hf.mask_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=tc.weight_decay)
-    balancer = ExpertBalancer(model, tc.bias_rate)
-    gen_rng = torch.Generator().manual_seed(tc.seed)
-    pick = random.Random(f"blocks/{tc.seed}")
-    budget, t0, log, step = tc.minutes * 60.0, time.perf_counter(), [], 0
-    bar = tqdm(total=tc.steps, disable=not progress, desc="train", unit="step")
-    model.train()
+    t_start = time.perf_counter()
+    run = setup(tc, progress)
+    prep_seconds = time.perf_counter() - t_start
+    if on_ready is not None:
+        on_ready(run)
+    budget, t0, step, last_ckpt = tc.minutes * 60.0, time.perf_counter(), 0, time.perf_counter()
+    bar = tqdm(total=tc.steps, disable=not progress, desc="train", unit="step", mininterval=2.0)
     while True:
         elapsed = time.perf_counter() - t0
         frac = max(elapsed / budget, step / tc.steps if tc.steps else 0.0)
         if frac >= 1.0:
             break
-        kind, batch, block, multi = _draw(tc, step, tasks, code, pick)
-        loss = diffusion_loss(model, batch, block, mask_id, tc.noise, gen_rng, multi_turn=multi)
-        _optimize(model, opt, loss, lr_at(tc, step, frac))
-        log.append({"step": step, "seconds": round(elapsed, 2), "loss": loss.item(), "kind": kind,
-                    "lr": opt.param_groups[0]["lr"], "max_load": round(balancer.step(), 2)})
+        record = train_step(run, step, lr_at(tc, step, frac))
+        run.log.append(record | {"seconds": round(elapsed, 2)})
         bar.update(1)
-        bar.set_postfix(loss=f"{log[-1]['loss']:.3f}", min=f"{elapsed / 60:.1f}")
+        bar.set_postfix(kind=record["kind"][:4], loss=f"{record['loss']:.3f}", min=f"{elapsed / 60:.1f}")
         step += 1
+        if tc.checkpoint_minutes and time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
+            save_dir(run, Path(tc.out) / "checkpoint")
+            last_ckpt = time.perf_counter()
     bar.close()
-    return finish(tc, model, hf, code, log, time.perf_counter() - t0)
+    return finish(run, time.perf_counter() - t0, prep_seconds)
 
 
-def _draw(tc: TrainConfig, step: int, tasks: TaskStream, code: CodeStream, pick: random.Random):
-    """The step's batch: kind ("task" or "code"), Batch, block length, and whether to self-draft."""
-    is_code = tc.code_every > 0 and step % tc.code_every == tc.code_every - 1
-    batch = code.next() if is_code else tasks.next()
-    block = pick.choice([b for b in tc.block_lengths if batch.ids.shape[1] % b == 0])
-    multi = not is_code and pick.random() < tc.multi_turn and step > tc.warmup
-    return ("code" if is_code else "task"), batch, block, multi
+def save_dir(run: Run, out: Path) -> Path:
+    """The model in its final format: shards + index, config, tokenizer, presets.json."""
+    hf, model = run.built.tokenizer, run.built.model
+    save_sharded(model, out, extra_config={"mask_token_id": hf.mask_token_id, "eos_token_id": hf.eos_token_id,
+                                           "pad_token_id": hf.eos_token_id, "name": f"llada2-{run.tc.preset}-moe"})
+    if out != Path(run.tc.out):  # the output directory got its tokenizer when it was built
+        save_tokenizer(hf.backend_tokenizer, out)
+    write_presets(decoding_presets(run.tc), out)
+    return out
 
 
-def _optimize(model: LLaDA2MoE, opt: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
-    for group in opt.param_groups:
-        group["lr"] = lr
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+def finish(run: Run, seconds: float, prep_seconds: float) -> dict:
+    from .recipes import param_counts
 
-
-def finish(tc: TrainConfig, model: LLaDA2MoE, hf, code: CodeStream, log: list[dict], seconds: float) -> dict:
-    out = Path(tc.out)
-    model.eval()
-    save_model(model, out, extra_config={"mask_token_id": hf.mask_token_id, "eos_token_id": hf.eos_token_id,
-                                         "pad_token_id": hf.eos_token_id, "name": "llada2-tiny-moe"})
-    write_presets(PRESETS, out)
-    write_log(log, out)
-    summary = {"config": asdict(tc), "steps": len(log), "seconds": round(seconds, 1),
-               "parameters": sum(p.numel() for p in model.parameters()),
-               "code_functions": len(code.rows), "code_tokens": code.tokens,
-               "final_loss": {k: _tail_mean(log, k) for k in ("task", "code")}}
+    out, log = Path(run.tc.out), run.log
+    run.built.model.eval()
+    save_dir(run, out)
+    write_csv(log, out)
+    plot_loss(log, out, f"Training loss ({run.tc.preset})")
+    total, active = param_counts(run.built.model.config)
+    kinds = list(dict.fromkeys(r["kind"] for r in log))
+    ends = {k: loss_ends(log, k) for k in kinds}  # (first tenth, last tenth) mean loss of each kind
+    summary = {"preset": run.tc.preset, "config": _jsonable(asdict(run.tc)), "device": device_name(run.device),
+               "device_type": run.device.type,
+               "compiled": run.compiled, "steps": len(log), "seconds": round(seconds, 1),
+               "prep_seconds": round(prep_seconds, 1), "parameters": total, "active_parameters": active,
+               "data": run.built.data, "batches": {k: sum(r["kind"] == k for r in log) for k in kinds},
+               "first_loss": {k: e[0] for k, e in ends.items()}, "final_loss": {k: e[1] for k, e in ends.items()}}
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def _tail_mean(log: list[dict], kind: str, n: int = 50) -> float | None:
-    values = [r["loss"] for r in log if r["kind"] == kind][-n:]
-    return round(sum(values) / len(values), 4) if values else None
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s))"
 
 
-def write_log(log: list[dict], out: Path) -> None:
-    """loss.csv and loss.png (task and code loss, smoothed) in the model directory."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with open(out / "loss.csv", "w") as f:
-        f.write("step,seconds,kind,loss,lr,max_load\n")
-        for r in log:
-            f.write(f"{r['step']},{r['seconds']},{r['kind']},{r['loss']:.5f},{r['lr']:.6g},{r['max_load']}\n")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for kind in ("task", "code"):
-        rows = [r for r in log if r["kind"] == kind]
-        if rows:
-            ax.plot([r["step"] for r in rows], _smooth([r["loss"] for r in rows]), label=f"{kind} batches")
-    ax.set_xlabel("step")
-    ax.set_ylabel("M2T + T2T loss (smoothed)")
-    ax.set_yscale("log")
-    ax.set_title("Training loss")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "loss.png", dpi=100)
-    plt.close(fig)
-
-
-def _smooth(values: list[float], beta: float = 0.95) -> list[float]:
-    out, avg = [], None
-    for v in values:
-        avg = v if avg is None else beta * avg + (1 - beta) * v
-        out.append(avg)
-    return out
-
-
-def check_generation(out: str, prompt: str = "def fibonacci(n):\n") -> str:
-    """Load the saved directory the way the playground does and generate once (S mode)."""
-    from ..pipeline import Pipeline
-
-    pipe = Pipeline.load(out)
-    return pipe.generate(pipe.encode(prompt), pipe.config("S", gen_length=64)).text
-
-
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    tc = TrainConfig()
-    ap = argparse.ArgumentParser(prog="python -m llada.train", description=__doc__.split("\n")[0])
-    for name, value in asdict(tc).items():
-        if name in ("noise", "block_lengths"):
-            continue
-        kind = type(value) if value is not None else (str if name == "init" else int)
-        ap.add_argument("--" + name.replace("_", "-"), type=kind, default=value)
-    ap.add_argument("--block-lengths", default=",".join(map(str, tc.block_lengths)))
-    args = vars(ap.parse_args(argv))
-    args["block_lengths"] = tuple(int(b) for b in args["block_lengths"].split(","))
-    return TrainConfig(**args)
-
-
-def main(argv: list[str] | None = None) -> None:
-    tc = parse_args(argv)
-    summary = train(tc)
-    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-    print("sample:", repr(check_generation(tc.out)))
-
-
-if __name__ == "__main__":
-    main()
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return list(value) if isinstance(value, tuple) else value

@@ -114,7 +114,8 @@ def self_draft(model: LLaDA2MoE, clean: torch.Tensor, noisy: torch.Tensor, maske
     Returns the drafted copy and bool (N, L) of positions still masked."""
     was_training = model.training
     model.eval()
-    probs = torch.softmax(noisy_logits(model, clean, noisy, block), dim=-1)
+    with torch.compiler.set_stance("force_eager"):  # compiled layers run eagerly here: no extra graph variants
+        probs = torch.softmax(noisy_logits(model, clean, noisy, block), dim=-1)
     model.train(was_training)
     p, x0 = probs.max(dim=-1)  # (N, L)
     tau = torch.rand(clean.shape[0], 1, generator=gen_rng, device=clean.device)

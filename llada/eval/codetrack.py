@@ -1,0 +1,99 @@
+"""The code track of `python -m llada.eval`: held-out functions, completed in every mode, then checked.
+
+Items are functions of held-out files (`sources`, split by file path) with a docstring: the prompt is
+the signature and the docstring, the model writes the body (`code.py`). Per mode the report gives
+
+    parses      share of completions with which the function parses (`ast.parse`)
+    in_scope    share that parse and read only names in scope (builtins, the module's names, the
+                enclosing functions' names, names bound in the function)
+    tpf, tps, edits_per_100, mbe_runs   as in the task track
+
+and `reference` scores the held-out functions' own bodies the same way: the ceiling of the checks
+(a body may read a name the module creates dynamically, e.g. through `globals()`).
+
+JSON, under the report's "code" key:
+
+    {"n": N, "gen_length": G, "reference": {"parses": .., "in_scope": ..},
+     "modes": {"S": {"threshold": .., "editing_threshold": .., "parses": .., "in_scope": .., "tpf": ..,
+                     "tps": .., "edits_per_100": .., "mbe_runs": ..}, ...}}
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .code import CodeFunction, check_completion, code_items
+from .harness import MODES, Tally, _edit, mode_config, run_tally
+from .sources import load_sources, source_roots
+
+
+@dataclass
+class CodeTally(Tally):
+    parses: int = 0
+    in_scope: int = 0
+
+    def code_summary(self) -> dict:
+        base = self.summary()
+        return {"parses": self.parses / max(self.items, 1), "in_scope": self.in_scope / max(self.items, 1),
+                **{k: base[k] for k in ("tpf", "tps", "edits_per_100", "mbe_runs")}}
+
+
+def held_out_items(n: int, seed: int, roots: list[str | Path] | None = None) -> list[CodeFunction]:
+    """`n` held-out functions of the installed Python source (or of `roots`)."""
+    roots = source_roots() if roots is None else [Path(r) for r in roots]
+    return code_items(load_sources(roots, split="eval"), n, seed)
+
+
+def complete(pipe, item: CodeFunction, cfg) -> tuple[str, object]:
+    """The completion text (EOS removed) and the Trace of one run."""
+    result = pipe.generate(pipe.encode(item.prompt), cfg)
+    return pipe.decode_text([t for t in result.output_ids if t != pipe.eos_id]), result
+
+
+def score_code(pipe, item: CodeFunction, cfg) -> CodeTally:
+    text, result = complete(pipe, item, cfg)
+    score = check_completion(item, text)
+    return CodeTally(**asdict(run_tally(result, cfg)), parses=int(score.parses), in_scope=int(score.in_scope))
+
+
+def reference_scores(items: list[CodeFunction]) -> dict:
+    """The checks applied to the functions' own bodies."""
+    scores = [check_completion(it, it.body) for it in items]
+    n = max(len(items), 1)
+    return {"parses": sum(s.parses for s in scores) / n, "in_scope": sum(s.in_scope for s in scores) / n}
+
+
+def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = None, gen_length: int = 128,
+                  progress: bool = True) -> dict:
+    """The code track of every mode on the same items."""
+    from tqdm import tqdm
+
+    modes = modes or list(MODES)
+    bar = tqdm(total=len(modes) * len(items), desc="eval code", file=sys.stderr, disable=not progress)
+    out = {}
+    for mode in modes:
+        cfg = mode_config(pipe, mode, gen_length)
+        tally = CodeTally()
+        for item in items:
+            tally.add(score_code(pipe, item, cfg))
+            bar.update(1)
+        out[mode] = {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, **tally.code_summary()}
+        bar.set_postfix(mode=mode, parses=f"{out[mode]['parses']:.2f}")
+    bar.close()
+    return {"n": len(items), "gen_length": gen_length, "reference": reference_scores(items), "modes": out}
+
+
+def format_code_table(code: dict) -> str:
+    """Markdown table of the code track: one row per mode."""
+    head = ["mode", "tau_mask", "tau_edit", "parses %", "in scope %", "TPF", "TPS", "edits/100", "MBE runs %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in code["modes"].items():
+        cells = [name, f"{m['threshold']:g}", _edit(m), f"{100 * m['parses']:.1f}", f"{100 * m['in_scope']:.1f}",
+                 f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    ref = code["reference"]
+    return (f"code track: {code['n']} held-out functions, gen_length {code['gen_length']} "
+            f"(their own bodies: parses {100 * ref['parses']:.0f}%, in scope {100 * ref['in_scope']:.0f}%)\n\n"
+            + "\n".join(lines))

@@ -1,0 +1,103 @@
+"""Everything a training run needs before its first step, built on the machine that trains.
+
+    corpus      the training split of the installed Python source (`corpus.build_corpus`)
+    tokenizer   a byte-level BPE trained on a sample of it plus task text, saved into the output
+                directory (`bpe`), or the tokenizer of `--init DIR`
+    rows        the corpus as window rows and function rows, on the training device (`data`)
+    model       a fresh `LLaDA2MoE` from the preset's sizes (`init_weights`), or the weights of `--init`
+
+`Built.data` records the corpus size (files and tokens of both splits) for training.json and the card.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import load_model
+from ..config import ModelConfig
+from ..eval.tasks import TASKS, sample
+from ..model import LLaDA2MoE
+from .bpe import build_tokenizer, load_fast, save_tokenizer
+from .corpus import CodeCorpus, bpe_sample, build_corpus
+from .data import CodeStream, Rows, TaskStream, encode_texts, function_rows, window_rows
+
+
+@dataclass
+class Built:
+    tokenizer: object  # transformers PreTrainedTokenizerFast
+    model: LLaDA2MoE
+    tasks: TaskStream
+    code: CodeStream
+    data: dict
+
+
+def model_config(tc, vocab: int) -> ModelConfig:
+    """The llada2_moe config of a TrainConfig: first layer dense, the rest MoE with one shared expert."""
+    return ModelConfig(
+        vocab_size=vocab, hidden_size=tc.hidden, num_hidden_layers=tc.layers,
+        num_attention_heads=tc.heads, num_key_value_heads=tc.kv_heads, head_dim=tc.hidden // tc.heads,
+        partial_rotary_factor=0.5, rope_theta=10000.0, intermediate_size=tc.dense_width,
+        moe_intermediate_size=tc.expert_width, num_experts=tc.experts, num_experts_per_tok=tc.top_k,
+        n_group=tc.groups, topk_group=tc.topk_group, num_shared_experts=1, first_k_dense_replace=1,
+        routed_scaling_factor=2.5, max_position_embeddings=1024)
+
+
+def task_texts(seed: int, per_task: int = 2000) -> list[str]:
+    """Task prompts and answers for the tokenizer (digits, words, made-up names)."""
+    rng = random.Random(f"bpe/{seed}")
+    return [it.prompt + it.answer for task in TASKS for it in (sample(task, rng, "train") for _ in range(per_task))]
+
+
+def _tokenizer(tc, corpus: CodeCorpus, out: Path):
+    if tc.init:
+        save_tokenizer(load_fast(tc.init).backend_tokenizer, out)
+    else:
+        texts = bpe_sample(corpus, tc.bpe_chars, tc.seed) + task_texts(tc.seed)
+        save_tokenizer(build_tokenizer(texts, tc.vocab_size), out)
+    return load_fast(out)
+
+
+def _empty(length: int) -> Rows:
+    return Rows(torch.zeros(0, length, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
+                torch.zeros(0, dtype=torch.int32))
+
+
+def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, int, int]:
+    """Window rows, function rows, and the token counts of the training and held-out files (+ EOS each)."""
+    eos = hf.eos_token_id
+    tokens = encode_texts(hf, [f.text for f in corpus.files], progress, "tokenize train")
+    train_tokens = sum(len(t) + 1 for t in tokens)
+    windows = window_rows(tokens, tc.code_length, eos) if tc.window_share > 0 else _empty(tc.code_length)
+    del tokens
+    functions = function_rows(hf, corpus.functions, tc.code_length, eos) if tc.window_share < 1 \
+        else _empty(tc.code_length)
+    held_out = sum(len(t) + 1 for t in encode_texts(hf, [f.text for f in corpus.held_out]))
+    return windows, functions, train_tokens, held_out
+
+
+def build(tc, device: torch.device, progress: bool = True) -> Built:
+    out = Path(tc.out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = build_corpus(tc.sources, tc.roots, tc.max_files, progress=progress)
+    hf = _tokenizer(tc, corpus, out)
+    windows, functions, train_tokens, held_out_tokens = _rows(tc, corpus, hf, progress)
+    torch.manual_seed(tc.seed)
+    if tc.init:
+        model = load_model(tc.init).train().requires_grad_(True)
+    else:
+        model = LLaDA2MoE(model_config(tc, len(hf))).init_weights(seed=tc.seed)
+    weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}
+    tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed, weights)
+    code = CodeStream(windows.to(device), functions.to(device), tc.code_batch, tc.seed, tc.window_share)
+    data = {"sources": list(tc.sources) if tc.roots is None else [str(r) for r in corpus.roots],
+            "roots": [str(r) for r in corpus.roots], "found": corpus.stats.found,
+            "duplicates": corpus.stats.duplicates, "dropped": dict(corpus.stats.dropped),
+            "train_files": len(corpus.files), "train_chars": corpus.chars, "train_tokens": train_tokens,
+            "held_out_files": len(corpus.held_out), "held_out_tokens": held_out_tokens,
+            "functions": len(functions), "function_tokens": functions.tokens, "window_rows": len(windows),
+            "vocab_size": len(hf)}
+    return Built(hf, model, tasks, code, data)

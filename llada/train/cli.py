@@ -1,0 +1,109 @@
+"""`python -m llada.train --preset NAME [--SETTING VALUE ...]`: one command from nothing to a model card.
+
+    build      corpus (installed Python source), tokenizer, rows, model; print the plan
+    train      bounded by --minutes / --steps, with a progress bar and checkpoints
+    save       OUT/: sharded bf16 safetensors + index, tokenizer, presets.json, loss.csv, loss.png
+    evaluate   the task and code tracks in every mode (eval.json), code samples (samples.json)
+    card       OUT/README.md from those files
+
+`--dry-run` stops after the plan (the corpus size in files and tokens, the parameter counts and the
+estimated number of steps); `--no-eval` stops after saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from .loop import TrainConfig, preset_config, setup, train
+from .recipes import ASSUMED_TFLOPS, TRAINING_PRESETS, estimated_steps, sizes
+
+TUPLES = {"sources": str, "roots": str, "block_lengths": int}
+OPTIONAL = {"steps": int, "max_files": int, "init": str}
+
+
+def _converter(name: str, default):
+    if name in TUPLES:
+        return lambda text: tuple(TUPLES[name](x) for x in text.split(",") if x)
+    return OPTIONAL.get(name) or type(default)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
+    ap = argparse.ArgumentParser(prog="python -m llada.train", description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", required=True, choices=list(TRAINING_PRESETS),
+                    help="; ".join(f"{k}: {p.summary}" for k, p in TRAINING_PRESETS.items()))
+    ap.add_argument("--dry-run", action="store_true", help="build corpus, tokenizer and model, print the plan, stop")
+    ap.add_argument("--no-eval", action="store_true", help="stop after saving the model")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        if f.name in ("preset", "noise"):
+            continue
+        ap.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
+                        type=_converter(f.name, getattr(defaults, f.name)), help="(the preset's value unless given)")
+    args = ap.parse_args(argv)
+    overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+                 if f.name not in ("preset", "noise") and getattr(args, f.name) is not None}
+    try:
+        return preset_config(args.preset, **overrides), args
+    except ValueError as err:
+        ap.error(str(err))
+
+
+def plan(run) -> str:
+    """What is about to happen: corpus size, model size, step cost and the steps expected in the budget."""
+    tc, d, cfg = run.tc, run.built.data, run.built.model.config
+    s = sizes(cfg, tc.code_batch, tc.code_length)
+    task_cost = (tc.task_batch * tc.task_length) / (tc.code_batch * tc.code_length)
+    steps = estimated_steps(s, tc.minutes, run.device.type, tc.code_share, task_cost)
+    return "\n".join([
+        f"preset {tc.preset} on {run.device.type}: out {tc.out}",
+        f"corpus: {d['train_files']:,} training files ({d['train_tokens']:,} tokens), {d['held_out_files']:,} held out "
+        f"({d['held_out_tokens']:,} tokens); {d['window_rows']:,} window rows, {d['functions']:,} function rows",
+        f"model: {s.total:,} parameters, {s.active:,} active per token; vocabulary {cfg.vocab_size:,}",
+        f"a code step: {tc.code_batch} x {tc.code_length} tokens, {s.step_flops / 1e12:.2f} TFLOP; at an assumed "
+        f"{ASSUMED_TFLOPS[run.device.type]:g} TFLOP/s about {steps:,} steps fit in {tc.minutes:g} min"
+        + (f" (bounded at {tc.steps:,})" if tc.steps else "")])
+
+
+def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
+    """Load the saved directory like any checkpoint; both eval tracks and the code samples."""
+    from ..eval.codetrack import evaluate_code, held_out_items
+    from ..eval.harness import CODE_PROMPTS, code_samples, evaluate
+    from ..eval.tasks import TASKS
+    from ..pipeline import Pipeline
+
+    pipe = Pipeline.load(tc.out, device=summary["device_type"])
+    report = evaluate(pipe, list(TASKS), tc.eval_n, tc.seed)
+    items = held_out_items(tc.code_n, tc.seed, summary["data"]["roots"]) if tc.code_n else []
+    if items:
+        report["code"] = evaluate_code(pipe, items, gen_length=tc.eval_gen_length)
+    prompts = (list(CODE_PROMPTS) + [it.prompt for it in items])[:tc.samples]
+    return report, code_samples(pipe, prompts, "S", tc.eval_gen_length)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    tc, args = parse_args(argv)
+    if args.dry_run:
+        print(plan(setup(tc, progress=True)))
+        return
+    summary = train(tc, on_ready=lambda run: print(plan(run), flush=True))
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    if args.no_eval:
+        return
+    from .card import write_card
+
+    t0 = time.perf_counter()
+    report, samples = evaluate_trained(tc, summary)
+    out = Path(tc.out)
+    summary["eval_seconds"] = round(time.perf_counter() - t0, 1)
+    (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
+    card = write_card(out, summary, report, samples, "python -m llada.train " + shlex.join(argv))
+    print(f"wrote {card}")

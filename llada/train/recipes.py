@@ -1,0 +1,125 @@
+"""Training presets (`python -m llada.train --preset NAME`) and the arithmetic that sizes them.
+
+Each preset is a set of TrainConfig values plus the decoding presets the trained model ships
+(its presets.json). Any value can still be overridden on the command line (`--minutes 5`).
+
+    tiny   about a minute on a CPU: the whole pipeline at toy size (tests run it on a smaller corpus)
+    v1     the recipe of the shipped assets/model (3.8 M parameters, CPU, tasks first, its tuned presets)
+    code   the Python-writing model: ~29 M parameters (~8 M active), 11 minutes of training on one
+           H100/H200 in bf16 with torch.compile, official S / Q presets
+
+Sizing (`plan`): parameters are counted from the config (total, and active = what one token
+touches: every dense weight, the shared expert and top_k of the routed experts), and a training step
+costs 3x its forward FLOPs (backward = 2x forward), where the forward runs 2L positions per row (clean
+and noisy copies), the LM head only on the noisy L, and attention on the full 2L x 2L layout.
+
+Time budget of `code` on one H100 (an estimate: no GPU was at hand when it was sized). Training is
+bounded at 11 minutes by the clock. A code step (128 x 256 tokens) is 2.85 TFLOP; at an assumed 60
+TFLOP/s sustained (about 6% of the H100's dense bf16 peak: hidden-256 matmuls and grouped expert
+GEMMs run far below peak) about 15,000 steps fit, ~400 M code tokens, ~10 passes over a 41 M-token
+corpus (diffusion training keeps learning over many passes, each pass masking differently). Building
+corpus, tokenizer and rows took 8.5 CPU-minutes on a shared 2-core machine; parsing runs in a process
+pool and tokenizing in Rust threads, so 16 cores should need 1-3 minutes. The evaluation decodes about
+30,000 forwards (50 items x 4 tasks and 48 functions, five modes each) at roughly 10 ms each on a GPU
+(batch 1, the engine's expert loop): about 5 minutes. Total: under 20 minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from ..presets import OFFICIAL
+
+SHIPPED_DECODING = {  # the shipped model's own modes, tuned on training-split items (see assets/model/README.md)
+    "S": {"threshold": 0.05, "editing_threshold": 0.0, "max_post_steps": 4, "block_length": 32,
+          "eos_early_stop": True},
+    "Q": {"threshold": 0.9, "editing_threshold": 0.5, "max_post_steps": 4, "block_length": 16,
+          "eos_early_stop": True},
+    "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 4, "block_length": 16,
+            "eos_early_stop": True},
+}
+OFFICIAL_DECODING = {mode: dict(OFFICIAL[mode], eos_early_stop=True) for mode in ("S", "Q", "M2T")}
+ASSUMED_TFLOPS = {"cuda": 60.0, "cpu": 0.05}  # sustained bf16 / fp32 rate assumed for the step-count estimate
+
+
+@dataclass(frozen=True)
+class TrainingPreset:
+    summary: str
+    values: dict  # TrainConfig fields
+    decoding: dict[str, dict]  # written as presets.json
+
+
+TRAINING_PRESETS: dict[str, TrainingPreset] = {
+    "tiny": TrainingPreset(
+        "the whole pipeline at toy size, about a minute on a CPU",
+        dict(out="runs/tiny", minutes=2.0, steps=60, device="cpu", sources=("stdlib",), max_files=60,
+             bpe_chars=400_000, vocab_size=512, hidden=64, layers=2, heads=4, kv_heads=2, experts=16, top_k=2,
+             groups=4, topk_group=2, expert_width=32, dense_width=128, block_lengths=(16, 32), code_length=64,
+             code_batch=8, task_batch=16, code_share=0.5, window_share=0.5, lr=3e-3, warmup=10,
+             checkpoint_minutes=0.0, eval_n=2, code_n=4, samples=2, eval_gen_length=32),
+        OFFICIAL_DECODING),
+    "v1": TrainingPreset(
+        "the shipped assets/model recipe: 3.8 M parameters, tasks first, 35 minutes on one CPU thread",
+        dict(out="runs/v1", minutes=35.0, device="cpu", sources=("stdlib",), window_share=0.0,
+             bpe_chars=20_000_000, vocab_size=1024, hidden=192, layers=4, heads=6, kv_heads=2, experts=16,
+             top_k=2, groups=4, topk_group=2, expert_width=96, dense_width=384, block_lengths=(16, 16, 16, 32),
+             code_length=128, code_batch=8, task_batch=32, code_share=0.2, multi_turn=0.25, code_multi_turn=0.0,
+             lr=2e-3, warmup=100, eval_n=100, code_n=100),
+        SHIPPED_DECODING),
+    "code": TrainingPreset(
+        "the Python-writing model: 11 minutes of training on one H100/H200 (bf16, torch.compile)",
+        dict(out="runs/code", minutes=11.0, device="auto", sources=("stdlib", "site-packages"),
+             bpe_chars=40_000_000, vocab_size=8192, hidden=256, layers=8, heads=8, kv_heads=4, experts=32,
+             top_k=2, groups=4, topk_group=2, expert_width=128, dense_width=512, block_lengths=(32, 32, 32, 64),
+             code_length=256, code_batch=128, task_batch=512, code_share=0.8, window_share=0.5,
+             multi_turn=0.25, code_multi_turn=0.2, lr=3e-3, warmup=300, checkpoint_minutes=4.0,
+             eval_n=50, code_n=48),
+        OFFICIAL_DECODING),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    total: int  # every parameter
+    active: int  # parameters one token uses (embedding row and LM head included)
+    step_flops: float  # one training step of a code batch, forward + backward
+
+
+def param_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active) parameters of a llada2_moe config, counted from its shapes."""
+    H, D = cfg.hidden_size, cfg.head_dim
+    attn = H * (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D + cfg.num_attention_heads * D * H
+    norms = 2 * H + (2 * D if cfg.use_qk_norm else 0)
+    expert = 3 * H * cfg.moe_intermediate_size
+    shared = expert * cfg.num_shared_experts
+    total = active = 2 * cfg.vocab_size * H + H  # embeddings, LM head, final norm
+    for layer in range(cfg.num_hidden_layers):
+        total, active = total + attn + norms, active + attn + norms
+        if cfg.is_moe_layer(layer):
+            router = cfg.num_experts * H
+            total += router + shared + cfg.num_experts * expert
+            active += router + shared + cfg.num_experts_per_tok * expert
+        else:
+            total, active = total + 3 * H * cfg.intermediate_size, active + 3 * H * cfg.intermediate_size
+    return total, active
+
+
+def step_flops(cfg: ModelConfig, rows: int, length: int) -> float:
+    """FLOPs of one training step on (rows, length): 3x the forward of the [clean ; noisy] layout."""
+    total, active = param_counts(cfg)
+    body = active - 2 * cfg.vocab_size * cfg.hidden_size  # matmul weights outside embeddings and head
+    per_row = 2 * (2 * length) * body + 2 * length * cfg.vocab_size * cfg.hidden_size
+    per_row += cfg.num_hidden_layers * 4 * (2 * length) ** 2 * cfg.num_attention_heads * cfg.head_dim
+    return 3.0 * rows * per_row
+
+
+def sizes(cfg: ModelConfig, rows: int, length: int) -> Sizes:
+    total, active = param_counts(cfg)
+    return Sizes(total, active, step_flops(cfg, rows, length))
+
+
+def estimated_steps(s: Sizes, minutes: float, device: str, code_share: float, task_cost: float) -> int:
+    """Steps that fit in `minutes` at ASSUMED_TFLOPS (a task step costs `task_cost` of a code step)."""
+    per_step = s.step_flops * (code_share + (1 - code_share) * task_cost)
+    return int(minutes * 60 * ASSUMED_TFLOPS[device] * 1e12 / per_step)

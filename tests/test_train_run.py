@@ -1,0 +1,205 @@
+"""Training presets, the sharded bf16 export read by the engine's loader, and whole runs of the command.
+
+The runs use the `tiny` preset on a small source tree written by the test (tests/code_corpus.py),
+so they take seconds; the `code` preset is checked by its sizes, never trained here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from safetensors import safe_open
+
+from llada.checkpoint import INDEX, hf_state_dict, load_model
+from llada.config import ModelConfig
+from llada.model import LLaDA2MoE
+from llada.pipeline import Pipeline
+from llada.train.build import model_config
+from llada.train.cli import main, parse_args
+from llada.train.export import MAX_SHARD_BYTES, plan_shards, save_sharded
+from llada.train.loop import PRESETS, preset_config, setup, train, train_step
+from llada.train.recipes import OFFICIAL_DECODING, TRAINING_PRESETS, param_counts
+from code_corpus import write_tree
+
+SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "model"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small matmuls on shared cores: one thread avoids OpenMP threads waiting on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_model() -> LLaDA2MoE:
+    cfg = ModelConfig(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, partial_rotary_factor=0.5, intermediate_size=48,
+                      moe_intermediate_size=12, num_experts=16, num_experts_per_tok=2, n_group=4, topk_group=2,
+                      num_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5)
+    return LLaDA2MoE(cfg).init_weights(std=0.1, seed=0)
+
+
+# ---- presets and sizes ------------------------------------------------------------------------------
+
+def test_code_preset_is_a_real_moe_within_its_size_budget():
+    tc = preset_config("code")
+    cfg = model_config(tc, tc.vocab_size)
+    total, active = param_counts(cfg)
+    assert cfg.num_experts >= 16 and 1 < cfg.n_group and cfg.topk_group < cfg.n_group
+    assert cfg.num_shared_experts == 1 and total <= 40e6 and active <= 8.5e6
+    with torch.device("meta"):
+        model = LLaDA2MoE(cfg)
+    assert sum(p.numel() for p in model.parameters()) == total  # the count is the model's, not a formula's
+    tensors = {k: v.to(torch.bfloat16) for k, v in hf_state_dict(model).items()}
+    shards = plan_shards(tensors, MAX_SHARD_BYTES)
+    sizes = [sum(tensors[n].numel() * 2 for n in names) for names in shards]
+    assert max(sizes) <= MAX_SHARD_BYTES < 16 * 2**20 and len(shards) >= 2 * total / MAX_SHARD_BYTES
+
+
+def test_v1_preset_is_the_shipped_models_recipe():
+    tc = preset_config("v1")
+    shipped = json.loads((SHIPPED / "config.json").read_text())
+    ours = model_config(tc, shipped["vocab_size"]).to_dict()
+    arch = [k for k in ours if k not in ("architectures", "model_type")]
+    assert {k: ours[k] for k in arch} == {k: ModelConfig.from_dict(shipped).to_dict()[k] for k in arch}
+    assert TRAINING_PRESETS["v1"].decoding == PRESETS  # the table presets.json of assets/model holds
+    assert TRAINING_PRESETS["code"].decoding == OFFICIAL_DECODING
+
+
+def test_presets_and_overrides_are_checked():
+    assert preset_config("code", minutes=5.0).minutes == 5.0
+    with pytest.raises(ValueError, match="unknown training preset 'huge'; choose from tiny, v1, code"):
+        preset_config("huge")
+    with pytest.raises(ValueError, match="unknown training setting 'speed'"):
+        preset_config("tiny", speed=2)
+    with pytest.raises(ValueError, match=r"code_share must be in \[0, 1\], got 1.5"):
+        preset_config("tiny", code_share=1.5)
+    with pytest.raises(ValueError, match="compile must be auto, on or off, got 'yes'"):
+        preset_config("tiny", compile="yes")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            preset_config("code", device="cuda")
+
+
+def test_command_line_overrides_only_what_it_names(capsys):
+    tc, args = parse_args(["--preset", "code", "--minutes", "5", "--block-lengths", "32,64", "--roots", "a,b"])
+    assert tc.minutes == 5.0 and tc.block_lengths == (32, 64) and tc.roots == ("a", "b")
+    assert tc.hidden == TRAINING_PRESETS["code"].values["hidden"] and tc.preset == "code" and not args.dry_run
+    with pytest.raises(SystemExit):
+        parse_args(["--minutes", "5"])  # --preset is required
+    assert "--preset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--preset", "tiny", "--window-share", "2"])
+    assert "window_share must be in [0, 1], got 2.0" in capsys.readouterr().err  # one line, no traceback
+
+
+# ---- sharded export --------------------------------------------------------------------------------
+
+def test_sharded_bf16_checkpoint_loads_through_the_engine_loader(tmp_path):
+    model = small_model()
+    paths = save_sharded(model, tmp_path, extra_config={"mask_token_id": 60, "eos_token_id": 0},
+                         max_bytes=20_000)
+    index = json.loads((tmp_path / INDEX).read_text())
+    assert len(paths) >= 3
+    for path in paths:
+        with safe_open(str(path), framework="pt") as f:
+            data = sum(f.get_tensor(k).nbytes for k in f.keys())
+        assert data <= 20_000 and path.stat().st_size < data + 4_000  # tensors within the bound, + a JSON header
+    assert set(index["weight_map"]) == set(hf_state_dict(model)) and set(index["weight_map"].values()) == \
+        {p.name for p in paths}
+    assert index["metadata"]["total_size"] == 2 * sum(p.numel() for p in model.parameters()) + 2 * sum(
+        b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16" and config["mask_token_id"] == 60
+    loaded = load_model(tmp_path)
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a.to(torch.bfloat16).float(), b), name  # bf16 rounding, nothing else
+
+
+def test_a_second_save_replaces_the_first_shards(tmp_path):
+    save_sharded(small_model(), tmp_path, max_bytes=20_000)
+    save_sharded(small_model(), tmp_path)  # one shard now
+    assert [p.name for p in tmp_path.glob("model-*.safetensors")] == ["model-00001-of-00001.safetensors"]
+    load_model(tmp_path)
+
+
+def test_one_tensor_larger_than_a_shard_gets_a_shard_of_its_own():
+    tensors = {"a": torch.zeros(10), "b": torch.zeros(100), "c": torch.zeros(10)}  # 40, 400, 40 bytes
+    assert plan_shards(tensors, max_bytes=100) == [["a"], ["b"], ["c"]]
+    assert plan_shards(tensors, max_bytes=1000) == [["a", "b", "c"]]
+
+
+def test_loss_ends_average_a_tenth_of_each_kind():
+    from llada.train.logs import loss_ends
+
+    log = [{"kind": "task", "loss": float(v)} for v in range(100)] + [{"kind": "code", "loss": 5.0}]
+    assert loss_ends(log, "task") == (4.5, 94.5)  # ten steps each: 0..9 and 90..99
+    assert loss_ends(log, "code") == (5.0, 5.0) and loss_ends(log, "window") is None
+
+
+# ---- whole runs ------------------------------------------------------------------------------------
+
+def tiny_run_config(tmp_path: Path, **overrides):
+    write_tree(tmp_path / "src")
+    values = dict(out=str(tmp_path / "out"), roots=(str(tmp_path / "src"),), steps=40, code_share=0.5,
+                  vocab_size=300, bpe_chars=100_000) | overrides
+    return preset_config("tiny", **values)
+
+
+def test_a_tiny_training_run_loss_falls_and_leaves_a_model_dir(tmp_path):
+    tc = tiny_run_config(tmp_path)
+    summary = train(tc, progress=False)
+    out = Path(tc.out)
+    assert summary["steps"] == 40 and summary["data"]["train_files"] == 6 and summary["data"]["held_out_files"] == 1
+    rows = [line.split(",") for line in (out / "loss.csv").read_text().splitlines()[1:]]
+    for kind in ("task", "window", "function"):
+        losses = [float(r[4]) for r in rows if r[2] == kind]
+        # random init starts near ln(300) ~ 5.7; measured: the last three are 30-60% below the first three
+        assert sum(losses[-3:]) < 0.85 * sum(losses[:3]), (kind, losses)
+    for name in ("config.json", INDEX, "tokenizer.json", "tokenizer_config.json", "presets.json", "loss.csv",
+                 "loss.png", "training.json"):
+        assert (out / name).exists(), name
+    assert json.loads((out / "presets.json").read_text()) == json.loads(json.dumps(OFFICIAL_DECODING))
+    pipe = Pipeline.load(out)  # the same loader as real checkpoints
+    assert pipe.model.config.num_experts == 16 and pipe.mask_id != pipe.eos_id
+    trace = pipe.generate(pipe.encode("def area(width, height):\n"), pipe.config("S", gen_length=16))
+    assert trace.forwards >= 1
+
+
+def test_a_failing_compiled_layer_falls_back_to_eager(tmp_path, capsys):
+    run = setup(tiny_run_config(tmp_path), progress=False)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("inductor: no C compiler")
+
+    for layer in run.built.model.layers:
+        layer._compiled_call_impl = broken  # what nn.Module.compile installs, failing as a compile would
+    run.compiled = True
+    record = train_step(run, 0, 1e-3)
+    assert record["loss"] > 0 and not run.compiled
+    assert all(layer._compiled_call_impl is None for layer in run.built.model.layers)
+    assert "torch.compile failed (RuntimeError: inductor: no C compiler); continuing eagerly" in capsys.readouterr().out
+
+
+def test_the_command_trains_evaluates_and_writes_the_card(tmp_path, capsys):
+    write_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    main(["--preset", "tiny", "--out", str(out), "--roots", str(tmp_path / "src"), "--steps", "6",
+          "--vocab-size", "300", "--bpe-chars", "100000", "--eval-n", "1", "--code-n", "2", "--samples", "3",
+          "--eval-gen-length", "16"])
+    printed = capsys.readouterr().out
+    assert "corpus: 6 training files" in printed and "active per token" in printed  # the plan
+    report = json.loads((out / "eval.json").read_text())
+    assert report["n"] == 1 and report["code"]["n"] == 2 and set(report["code"]["modes"]) == set(report["modes"])
+    card = (out / "README.md").read_text()
+    for part in ("python -m llada.train --preset tiny", "6 training files", "![loss](loss.png)",
+                 "| S_MBE |", "code track: 2 held-out functions", "## Presets", "## Samples"):
+        assert part in card, part
+    assert card.count("```python") == 3  # the samples, unedited
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["eval_seconds"] > 0 and summary["steps"] == 6
