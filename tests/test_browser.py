@@ -74,7 +74,8 @@ def canvas_attr(page, name: str, elem_id: str = "canvas") -> int:
 
 
 def run(page, prompt: str = "def add(a, b):", gen_length: int = 16) -> None:
-    """Run one short generation and wait until it is done."""
+    """Run one short generation and wait until it is done (no slow replay after it: these tests scrub)."""
+    page.locator("#teach input").uncheck()
     page.fill("#prompt textarea", prompt)
     set_number(page, "block-length", 8)
     set_number(page, "gen-length", gen_length)

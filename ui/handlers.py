@@ -169,6 +169,11 @@ def show_step(trace: Trace | None, step, ghost) -> str:
     return canvas.render(trace, int(step or 0), bool(ghost))
 
 
+def scrub(trace: Trace | None, step, ghost) -> tuple:
+    """The canvas at the scrubbed step; a replay in progress (a slow replay too) stops: the user took over."""
+    return show_step(trace, step, ghost), gr.Timer(active=False)
+
+
 TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
 TEACH_STEP_S = (0.15, 0.7)  # ... with each step shown between these bounds
 
@@ -214,6 +219,11 @@ def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tupl
         if record.edits or record.mbe_edits:
             return canvas.render(trace, k, bool(ghost), elem_id=elem_id), k
     return gr.skip(), gr.skip()
+
+
+def jump_to_edit(trace: Trace | None, step, ghost) -> tuple:
+    """Next edit, stopping a replay in progress: (canvas, step, timer)."""
+    return (*next_edit(trace, step, ghost), gr.Timer(active=False))
 
 
 EXPORTS = export.ExportDir()

@@ -160,14 +160,15 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, exa
 
 
 def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
-    v.step.input(handlers.show_step, [trace, v.step, c.ghost], v.canvas, trigger_mode="always_last", **PRIVATE,
-                 **REPLAY)
+    v.step.input(handlers.scrub, [trace, v.step, c.ghost], [v.canvas, v.timer], trigger_mode="always_last",
+                 **PRIVATE, **REPLAY)
     c.ghost.change(handlers.show_step, [trace, v.step, c.ghost], v.canvas, **PRIVATE, **REPLAY)
     v.play.click(handlers.start_play, [trace, v.step, c.ghost, v.speed], [v.canvas, v.step, v.timer], **PRIVATE,
                  **REPLAY)
     v.pause.click(handlers.pause, None, v.timer, **PRIVATE, **REPLAY)
     v.timer.tick(handlers.tick, [trace, v.step, c.ghost], [v.canvas, v.step, v.timer], **PRIVATE, **REPLAY)
-    v.next_edit.click(handlers.next_edit, [trace, v.step, c.ghost], [v.canvas, v.step], **PRIVATE, **REPLAY)
+    v.next_edit.click(handlers.jump_to_edit, [trace, v.step, c.ghost], [v.canvas, v.step, v.timer], **PRIVATE,
+                      **REPLAY)
     v.export.click(handlers.export_files, [trace], v.files, **PRIVATE, **REPLAY)
 
 
