@@ -188,3 +188,24 @@ def test_refused_settings_and_models_are_explained(models, tmp_path):
     assert frame.progress == "**Refused:** choose at least one τ_mask value"
     shown = explorer.show_cached(models, SweepCache(tmp_path), "/elsewhere", *SETTINGS)
     assert shown.progress.startswith("**Refused:** unknown model '/elsewhere'")
+
+
+def test_the_sweep_runs_in_the_playgrounds_decode_group_and_stop_cancels_it(models, tmp_path):
+    from types import SimpleNamespace
+
+    from ui.events import DECODE_CONCURRENCY
+
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("Playground", id="playground"):
+                pg = SimpleNamespace(mode=gr.Radio(["S", "Custom"]), tau_mask=gr.Slider(), edit_on=gr.Checkbox(),
+                                     tau_edit=gr.Slider(), mbe=gr.Checkbox(), block_length=gr.Slider(4, 128))
+            with gr.Tab("Score | TPF", id="explorer"):
+                parts = explorer.build_view(models)
+        explorer.wire(models, parts, pg, tabs, cache_dir=tmp_path)
+    fns = {fn.name: fn for fn in demo.fns.values()}
+    run = fns["run"]
+    assert (run.concurrency_id, run.concurrency_limit) == ("decode", DECODE_CONCURRENCY)
+    assert [target for target, _ in run.targets] == [parts.run._id]
+    cancels = [fn for fn in demo.fns.values() if fn.is_cancel_function and run._id in fn.cancels]
+    assert [target for fn in cancels for target, _ in fn.targets] == [parts.stop._id]
