@@ -53,7 +53,7 @@ PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
 SWEEP_LOCK = threading.Lock()  # one sweep per server: playground runs keep the other decode slot
 EXPORTS = ExportDir()
-INTRO = (ASSETS / "explorer.md")
+INTRO = ASSETS / "explorer.md"
 
 
 class ExplorerFrame(NamedTuple):
