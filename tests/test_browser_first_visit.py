@@ -22,10 +22,18 @@ THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 
 
 @pytest.fixture(scope="module")
-def app_url():
+def app_url(tmp_path_factory):
+    import os
+
+    before = os.environ.get("LLADA_EXPLORER_CACHE")
+    os.environ["LLADA_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("explorer-cache"))  # no sweep from before
     demo, url = launch_app(MODEL)
     yield url
     demo.close()
+    if before is None:
+        os.environ.pop("LLADA_EXPLORER_CACHE", None)
+    else:
+        os.environ["LLADA_EXPLORER_CACHE"] = before
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +112,28 @@ def test_keyboard_unicode_and_typed_ranges(browser, app_url):
     box.press("Enter")
     page.wait_for_selector("#range-note:not([hidden])", timeout=10_000)
     assert "5000 is outside the allowed range" in page.inner_text("#range-note")
+    page.close()
+
+
+def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
+    from test_browser_explorer import open_more, set_number, tick, wait_progress
+
+    page = open_page(browser, app_url, "desktop", "light")
+    page.get_by_role("tab", name="Score | TPF").click()
+    page.wait_for_selector("#explorer-run", timeout=60_000)
+    tick(page, "explorer-tau-mask", {"0.5"})
+    tick(page, "explorer-tau-edit", {"0.5"})
+    tick(page, "explorer-mbe", {"off"})
+    open_more(page)
+    tick(page, "explorer-tasks", {"add"})
+    set_number(page, "explorer-n", 2)
+    page.click("#explorer-run")
+    wait_progress(page, "^Done", 180_000)
+    page.screenshot(path=str(ARTIFACTS / "explorer-desktop-light.png"), full_page=True)
+    row = page.locator("#explorer-table .virtual-row").filter(has_text="Q").first  # the model's Q preset
+    row.locator("[role=gridcell]").nth(2).click()
+    page.wait_for_selector("#tau-mask", state="visible", timeout=20_000)  # back on the playground
+    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.9'", timeout=20_000)
+    assert page.locator("#block-length input[type=number]").input_value() == "16"  # Q's own block
+    assert page.locator("#mode input[value='Custom']").is_checked()
     page.close()

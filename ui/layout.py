@@ -2,7 +2,8 @@
 
 `build_demo(models)` is the only place that wires ui/ renderers and handlers to Gradio components. The
 first screen holds what a first visit needs: the prompt with Generate, the mode row, examples that run
-when clicked, and the canvas right below, the settings beside it (below it on a phone). Runs that use
+when clicked, and the canvas right below, the settings beside it (below it on a phone); the Learn and
+Score | TPF tabs follow. Runs that use
 the model share the decode concurrency group (ui/events.py); replays re-render the per-session Trace
 held in gr.State, and after a run the canvas replays itself at a teaching pace (when asked).
 """
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import api, canvas, compare, controls, handlers, learn, tables
+from . import api, canvas, compare, controls, explorer, handlers, learn, tables
 from .events import DECODE, PRIVATE, REPLAY
 from .live import FOLLOW_JS, PATCHER_JS, canvas_script
 from .models import Models, gpu_seconds, on_gpu
@@ -209,7 +210,8 @@ def _page_script() -> None:
             elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
 
 
-def _playground(models: Models, trace, pair) -> None:
+def _playground(models: Models, trace, pair) -> SimpleNamespace:
+    """The Playground tab; returns its controls (the explorer sets some of them)."""
     c = SimpleNamespace()
     controls.prompt_bar(c)
     slot = gr.Column(elem_id="examples-slot")  # filled below, once the inputs the examples set exist
@@ -221,6 +223,7 @@ def _playground(models: Models, trace, pair) -> None:
     _wire_run(models, c, v, trace, examples)
     _wire_replay(c, v, trace)
     _wire_compare(models, c, cmp, v.error, pair)
+    return c
 
 
 def _run_view_area(c: SimpleNamespace, models: Models) -> SimpleNamespace:
@@ -242,11 +245,16 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown(HEADER, elem_id="header")
         _page_script()
-        with gr.Tabs(elem_id="tabs"):
+        with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Playground", id="playground"):
-                _playground(models, trace, pair)
+                c = _playground(models, trace, pair)
             with gr.Tab("Learn", id="learn"):
                 learn_parts = learn.build_view(recordings)
+            with gr.Tab("Score | TPF", id="explorer") as explorer_tab:
+                explorer_parts = explorer.build_view(models)
         learn.wire(recordings, learn_parts)
+        playground = SimpleNamespace(mode=c.mode, tau_mask=c.tau_mask, edit_on=c.edit_on, tau_edit=c.tau_edit,
+                                     mbe=c.mbe, block_length=c.block_length, model=c.model)
+        explorer.wire(models, explorer_parts, playground, tabs, tab=explorer_tab)
         _wire_api(models, _api_inputs(), trace)
     return demo
