@@ -50,6 +50,38 @@ def fixture_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def ref_model(fixture_dir):
+    """The reference checkpoint, loaded once (fp32 on CPU)."""
+    from llada.checkpoint import load_model
+
+    return load_model(fixture_dir)
+
+
+@pytest.fixture
+def broken(tmp_path, fixture_dir):
+    """A writable copy of the reference checkpoint, for tests that break it."""
+    import shutil
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(fixture_dir, d)
+    for f in d.iterdir():
+        f.chmod(0o644)
+    return d
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the session (tests/chromium.py skips or fails a module without it)."""
+    from chromium import ARGS, ARTIFACTS, CHROMIUM, sync_api
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
 def golden(fixture_dir) -> dict:
     return json.loads((fixture_dir / "golden.json").read_text())
 

@@ -10,7 +10,6 @@ from config.json alone, before anything is allocated; NaN weights stop the run w
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import time
 
@@ -24,15 +23,6 @@ from llada.decode import NonFiniteLogits
 from llada.pipeline import Pipeline
 
 MASK = 258  # the reference fixture names no mask token (see its golden.json)
-
-
-@pytest.fixture
-def broken(tmp_path, fixture_dir):
-    d = tmp_path / "ckpt"
-    shutil.copytree(fixture_dir, d)
-    for f in d.iterdir():
-        f.chmod(0o644)
-    return d
 
 
 def _config(key, value):

@@ -7,29 +7,14 @@ its own page, so none depends on another's order. Screenshots go to tests/artifa
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-try:
-    from playwright import sync_api
-except ImportError:
-    sync_api = None
-_missing = (f"chromium not found at {CHROMIUM} (apt-get install -y chromium)" if not Path(CHROMIUM).exists()
-            else "playwright is not installed" if sync_api is None else None)
-if _missing and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-    pytest.fail(f"the browser test cannot run under CI: {_missing}", pytrace=False)
-if _missing:
-    pytest.skip(_missing, allow_module_level=True)
+from chromium import ARTIFACTS  # skips or fails without Chromium
 
 from ui_helpers import hand_trace, launch_app  # noqa: E402
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 STATES = {"prompt", "mask", "draft", "edit", "mbe", "stable"}
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -39,15 +24,6 @@ def app_url(tiny_model_dir):
     demo, url = launch_app(tiny_model_dir, recordings={"S + MBE: a hand-made run": hand_trace()})
     yield url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

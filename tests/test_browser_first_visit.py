@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import ARGS, ARTIFACTS, CHROMIUM, sync_api  # noqa: F401 - skips or fails like the browser test
+from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 from ui_helpers import launch_app
 
 MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
-VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 
 
@@ -34,15 +33,6 @@ def app_url(tmp_path_factory):
         os.environ.pop("LLADA_EXPLORER_CACHE", None)
     else:
         os.environ["LLADA_EXPLORER_CACHE"] = before
-
-
-@pytest.fixture(scope="module")
-def browser():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, app_url, viewport: str, theme: str):

@@ -10,7 +10,7 @@ import pytest
 from llada.config import DecodeConfig
 from llada.trace import Change, StepRecord, Trace
 from ui import canvas
-from ui_helpers import EOS, HTML, NL, TEXTS, hand_trace
+from ui_helpers import HTML, NL, TEXTS, hand_trace
 
 
 class _Toks(HTMLParser):

@@ -4,7 +4,6 @@ Every way a directory can be broken is in test_broken_checkpoints.py."""
 
 import dataclasses
 import json
-import shutil
 import subprocess
 import sys
 
@@ -17,16 +16,6 @@ from llada.checkpoint import CheckpointError, hf_state_dict, load_model, save_mo
 from llada.config import FIXED, REFERENCE_DEFAULTS, ConfigError, ModelConfig
 from llada.model import LLaDA2MoE
 from llada.quantize import quantize_model_fp8
-
-
-@pytest.fixture
-def broken(tmp_path, fixture_dir):
-    """A writable copy of the reference checkpoint."""
-    d = tmp_path / "ckpt"
-    shutil.copytree(fixture_dir, d)
-    for f in d.iterdir():
-        f.chmod(0o644)
-    return d
 
 
 def _logits(model):

@@ -9,21 +9,11 @@ from llada.checkpoint import load_model
 from llada.config import DecodeConfig
 from llada.decode import NonFiniteLogits, decode, generate
 from llada.trace import Trace
-
-
-@pytest.fixture(scope="module")
-def ref_model(fixture_dir):
-    return load_model(fixture_dir)
-
-
-def _config(case, **kw):
-    return DecodeConfig(threshold=case["threshold"], editing_threshold=case["editing_threshold"],
-                        max_post_steps=case["max_post_steps"], block_length=case["block_length"],
-                        gen_length=case["gen_length"], eos_early_stop=case["eos_early_stop"], **kw)
+from golden_cases import case_config
 
 
 def _run(model, golden, case, **kw) -> Trace:
-    return generate(model, case["prompt_ids"], _config(case, **kw), golden["mask_id"], golden["eos_id"])
+    return generate(model, case["prompt_ids"], case_config(case, **kw), golden["mask_id"], golden["eos_id"])
 
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
@@ -109,7 +99,7 @@ def test_mbe_with_and_without_cache_agree(ref_model, golden, case_index):
 def test_editing_off_never_edits_and_zero_edits_everything(ref_model, golden):
     case = golden["generate"][0]
     assert _run(ref_model, golden, case).edits > 0  # 0.0 means "replace every changed token", not "off"
-    off = generate(ref_model, case["prompt_ids"], _config(case).with_(editing_threshold=None), golden["mask_id"],
+    off = generate(ref_model, case["prompt_ids"], case_config(case).with_(editing_threshold=None), golden["mask_id"],
                    golden["eos_id"])
     assert off.edits == off.mbe_edits == 0
 
@@ -143,8 +133,8 @@ def test_eos_early_stop_saves_forwards(ref_model, golden):
 def test_a_run_can_be_stepped_from_several_threads(ref_model, golden):
     case = golden["generate"][0]
     expect = _run(ref_model, golden, case)
-    stream = decode(ref_model, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"])
-    trace = Trace(case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"])
+    stream = decode(ref_model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
+    trace = Trace(case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
     errors = []
 
     def pull():  # one record per thread, like a Gradio generator stepped by its worker threads
@@ -164,8 +154,8 @@ def test_a_run_can_be_stepped_from_several_threads(ref_model, golden):
 
 def test_two_runs_interleave_in_one_thread(ref_model, golden):
     a, b = golden["generate"][0], golden["generate"][5]
-    streams = [decode(ref_model, c["prompt_ids"], _config(c), golden["mask_id"], golden["eos_id"]) for c in (a, b)]
-    traces = [Trace(c["prompt_ids"], _config(c), golden["mask_id"], golden["eos_id"]) for c in (a, b)]
+    streams = [decode(ref_model, c["prompt_ids"], case_config(c), golden["mask_id"], golden["eos_id"]) for c in (a, b)]
+    traces = [Trace(c["prompt_ids"], case_config(c), golden["mask_id"], golden["eos_id"]) for c in (a, b)]
     live = [0, 1]
     while live:
         for i in list(live):
@@ -183,5 +173,5 @@ def test_non_finite_logits_stop_the_run(fixture_dir, golden):
         broken.lm_head.weight.fill_(float("nan"))
     case = golden["generate"][0]
     with pytest.raises(NonFiniteLogits, match="non-finite logits at step 1"):
-        generate(broken, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"])
+        generate(broken, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from llada.pipeline import Pipeline
 
@@ -15,10 +14,7 @@ pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reas
 
 @pytest.fixture(scope="module")
 def pipe():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matmuls on shared cores: one thread is faster
-    yield Pipeline.load(MODEL)
-    torch.set_num_threads(before)
+    return Pipeline.load(MODEL)
 
 
 def test_checkpoint_is_small_and_a_real_moe(pipe):

@@ -4,7 +4,6 @@ and the code track on held-out functions of a source tree written by the test.""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from types import SimpleNamespace
 
@@ -19,10 +18,7 @@ CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "tpf", "tps
 
 @pytest.fixture(scope="module")
 def pipe(tiny_model_dir):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread, no OpenMP waiting on shared cores
-    yield Pipeline.load(tiny_model_dir)
-    torch.set_num_threads(before)
+    return Pipeline.load(tiny_model_dir)
 
 
 def run(pipe, modes=None):

@@ -7,7 +7,6 @@ import threading
 
 import gradio as gr
 import pytest
-import torch
 
 from llada.eval.sweep import Cell, Point, Progress, engine_of, pareto_front
 from llada.eval.sweep_cache import SweepCache
@@ -147,10 +146,7 @@ SETTINGS = (["0.5"], ["off", "0.5"], ["off"], ["add"], 1, 8)
 
 @pytest.fixture(scope="module")
 def models(tiny_model_dir):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread, no OpenMP waiting on shared cores
-    yield Models([str(tiny_model_dir)])
-    torch.set_num_threads(before)
+    return Models([str(tiny_model_dir)])
 
 
 def test_expected_engine_is_the_loaded_models(models):

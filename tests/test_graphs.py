@@ -10,24 +10,13 @@ import torch
 
 from llada import kernels
 from llada.checkpoint import load_model
-from llada.config import DecodeConfig
 from llada.decode import decode, generate
 from llada.graphs import StepGraphs, graph_ready
 from llada.kernels.launch import count_launches
 from llada.model import block_causal_mask
+from golden_cases import case_config
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-
-
-@pytest.fixture(scope="module")
-def ref_model(fixture_dir):
-    return load_model(fixture_dir)
-
-
-def _config(case, **kw):
-    return DecodeConfig(threshold=case["threshold"], editing_threshold=case["editing_threshold"],
-                        max_post_steps=case["max_post_steps"], block_length=case["block_length"],
-                        gen_length=case["gen_length"], eos_early_stop=case["eos_early_stop"], **kw)
 
 
 WINDOWS = {  # (lo, hi, groups_hi) with block length 4 over a cache of 24: the loop's three kinds of forward
@@ -72,14 +61,14 @@ def test_static_mask_is_the_dynamic_rule_over_all_slots(ref_model):
 @pytest.mark.parametrize("index", [0, 6])  # two prompt-only blocks to prefill; EOS early stop
 def test_static_path_reproduces_golden_traces(ref_model, golden, index):
     case = golden["generate"][index]
-    r = generate(ref_model, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"], forward="static")
+    r = generate(ref_model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="static")
     assert r.output_ids == case["output_ids"] and r.num_decode_forwards == case["num_forwards"]
     assert r.block_states_before_each_forward() == case["block_states_before_each_forward"]
 
 
 def test_static_path_with_mbe_matches_dynamic(ref_model, golden):
     case = golden["generate"][6]  # the shortest case (10 forwards): MBE windows, refreshes, EOS stop
-    cfg = _config(case, mbe=True, mbe_window=2)
+    cfg = case_config(case, mbe=True, mbe_window=2)
     runs = [generate(ref_model, case["prompt_ids"], cfg, golden["mask_id"], golden["eos_id"], forward=f)
             for f in ("dynamic", "static")]
     assert runs[0].output_ids == runs[1].output_ids
@@ -88,11 +77,11 @@ def test_static_path_with_mbe_matches_dynamic(ref_model, golden):
 
 def test_forward_path_is_checked_before_the_run(ref_model, golden):
     case = golden["generate"][0]
-    args = (ref_model, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"])
+    args = (ref_model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
     with pytest.raises(ValueError, match="forward must be one of"):
         decode(*args, forward="fast")
     with pytest.raises(ValueError, match="needs the KV cache"):
-        decode(ref_model, case["prompt_ids"], _config(case, use_cache=False), golden["mask_id"], golden["eos_id"],
+        decode(ref_model, case["prompt_ids"], case_config(case, use_cache=False), golden["mask_id"], golden["eos_id"],
                forward="static")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs a CUDA model"):
@@ -124,8 +113,8 @@ def test_graph_path_matches_static_path_on_cuda(fixture_dir, golden):
 
     model = quantize_model_fp8(load_model(fixture_dir).cuda(), impl="triton")
     case = golden["generate"][2]
-    static = generate(model, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"], forward="static")
-    graph = generate(model, case["prompt_ids"], _config(case), golden["mask_id"], golden["eos_id"], forward="graph")
+    static = generate(model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="static")
+    graph = generate(model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="graph")
     assert graph.output_ids == static.output_ids  # the same kernels, replayed instead of launched
     assert graph.block_states_before_each_forward() == static.block_states_before_each_forward()
 

@@ -4,8 +4,6 @@ command line, and the view's renderers."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
 
 import pytest
 

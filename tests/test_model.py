@@ -2,18 +2,11 @@
 
 import math
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
-from llada.checkpoint import load_model
 from llada.config import ModelConfig
 from llada.model import LLaDA2MoE, Router, apply_rope, block_causal_mask, rope_cos_sin
-
-
-@pytest.fixture(scope="module")
-def ref_model(fixture_dir):
-    return load_model(fixture_dir)
 
 
 def test_fixture_logits_match(ref_model, fixture_dir, golden):

@@ -24,14 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FEW_FORWARDS = {"threshold": 0.0, "editing_threshold": None, "gen_length": 8, "block_length": 8}  # 2 per block
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on shared cores: one thread is faster
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def pipe(replica_dir):
     return Pipeline.load(replica_dir)

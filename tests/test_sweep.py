@@ -7,7 +7,6 @@ import io
 import json
 
 import pytest
-import torch
 
 from llada.eval import sweep as sw
 from llada.eval.sweep_cache import SweepCache, model_fingerprint
@@ -18,10 +17,7 @@ TIMING = {"tps", "seconds"}  # wall-clock numbers: the only ones allowed to diff
 
 @pytest.fixture(scope="module")
 def pipe(tiny_model_dir):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread, no OpenMP waiting on shared cores
-    yield Pipeline.load(tiny_model_dir)
-    torch.set_num_threads(before)
+    return Pipeline.load(tiny_model_dir)
 
 
 def tiny_spec(**changes) -> sw.SweepSpec:

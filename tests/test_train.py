@@ -23,15 +23,6 @@ TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_he
 MASK, EOS = 60, 0
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls on shared cores: one thread avoids OpenMP threads waiting on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_model(seed: int = 0) -> LLaDA2MoE:
     return LLaDA2MoE(ModelConfig(**TINY)).init_weights(std=0.1, seed=seed)
 

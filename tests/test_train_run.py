@@ -27,15 +27,6 @@ from code_corpus import write_tree
 SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "model"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls on shared cores: one thread avoids OpenMP threads waiting on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def small_model() -> LLaDA2MoE:
     cfg = ModelConfig(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
                       num_key_value_heads=1, head_dim=16, partial_rotary_factor=0.5, intermediate_size=48,

@@ -45,7 +45,6 @@ def _align_kernel(ids_ptr, pairs_ptr, block_expert_ptr, num_pairs, num_tiles,
                   stride_it, stride_ik,
                   E: tl.constexpr, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, E_P2: tl.constexpr,
                   CHUNK: tl.constexpr):
-    experts = tl.arange(0, E_P2)
     offs = tl.arange(0, CHUNK)
     counts = tl.zeros((E_P2,), dtype=tl.int32)
     for c0 in range(0, num_pairs, CHUNK):  # 1. pairs per expert
