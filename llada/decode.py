@@ -89,11 +89,16 @@ def _fill_cache(run: _Run, upto: int, phase: str, block: int) -> Iterator[StepRe
     if cache is None or cache.length >= upto:
         return
     lo = cache.length
-    with torch.inference_mode():
-        run.forward(lo, upto, groups_hi=upto // run.cfg.block_length)  # no merged group: strict block-causal
+    _cache_forward(run, lo, upto)
     cache.commit(upto)
     yield StepRecord(kind="cache", phase=phase, step=run.decode_forwards, block=block, block_step=0,
                      window=(lo, upto), active=(lo, upto), seconds=run.seconds())
+
+
+def _cache_forward(run: _Run, lo: int, upto: int) -> None:
+    """Keys/values of [lo, upto) written into the cache, every block strictly block-causal (no merged group)."""
+    with torch.inference_mode():
+        run.forward(lo, upto, groups_hi=upto // run.cfg.block_length)
 
 
 def _step(run: _Run, block: int, lo: int, block_step: int) -> StepRecord:

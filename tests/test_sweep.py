@@ -9,6 +9,7 @@ import json
 import pytest
 
 from llada.eval import sweep as sw
+from llada.eval import sweep_report as report
 from llada.eval.sweep_cache import SweepCache, model_fingerprint
 from llada.pipeline import Pipeline
 
@@ -90,7 +91,7 @@ def test_pareto_front_of_hand_made_points():
 
 def test_csv_marks_the_front_of_each_mbe_series_apart():
     points = [point(0.9, 2.0), point(0.5, 1.0, tau_mask=0.7), point(0.6, 1.0, mbe=True)]  # MBE on: a series of one
-    assert [r["front"] for r in sw.rows(points)] == [True, False, True]
+    assert [r["front"] for r in report.rows(points)] == [True, False, True]
 
 
 # ---- a sweep on the tiny model ----------------------------------------------------------------------------
@@ -116,16 +117,16 @@ def test_sweep_is_deterministic_except_time(pipe):
     def strip(text):
         return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(io.StringIO(text))]
 
-    assert strip(sw.to_csv(list(first))) == strip(sw.to_csv(list(second)))
+    assert strip(report.to_csv(list(first))) == strip(report.to_csv(list(second)))
 
 
 def test_csv_and_json_hold_one_row_per_point(pipe):
     points = list(run(pipe, tiny_spec(tau_masks=(0.5,), tau_edits=(0.0,), mbe=(False,)))[-1].points)
-    table = list(csv.DictReader(io.StringIO(sw.to_csv(points))))
+    table = list(csv.DictReader(io.StringIO(report.to_csv(points))))
     assert list(table[0]) == ["preset", "tau_mask", "tau_edit", "mbe", "block_length", "accuracy", "tpf", "tps",
                               "edits_per_100", "items", "cut", "front", "add_accuracy", "sort_accuracy"]
     assert len(table) == 1 and table[0]["tau_edit"] == "0.0" and table[0]["mbe"] == "False"
-    data = json.loads(json.dumps(sw.to_json(pipe, tiny_spec(), points)))
+    data = json.loads(json.dumps(report.to_json(pipe, tiny_spec(), points)))
     assert data["points"][0]["tpf"] == pytest.approx(points[0].tpf, abs=1e-4)  # rounded to 4 places
 
 
@@ -228,10 +229,10 @@ def test_an_unreadable_cache_file_is_ignored(pipe, tmp_path):
 def test_command_line_prints_csv_and_json(tiny_model_dir, tmp_path, capsys):
     args = ["--model", str(tiny_model_dir), "--n", "1", "--tau-mask", "0.5", "--tau-edit", "off,0", "--mbe", "off",
             "--presets", "", "--tasks", "add", "--gen-length", "8", "--cache-dir", str(tmp_path)]
-    sw.main(args + ["--csv"])
+    report.main(args + ["--csv"])
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["tau_mask"], r["tau_edit"]) for r in table] == [("0.5", "off"), ("0.5", "0.0")]
-    sw.main(args + ["--json"])
+    report.main(args + ["--json"])
     out = capsys.readouterr()
     data = json.loads(out.out)
     assert data["n"] == 1 and len(data["points"]) == 2 and "2 from the cache" in out.err
@@ -242,5 +243,5 @@ def test_command_line_prints_csv_and_json(tiny_model_dir, tmp_path, capsys):
                                         (["--tasks", "poetry"], "tasks must be some of")])
 def test_command_line_refuses_bad_values(bad, words, capsys):
     with pytest.raises(SystemExit) as exit_:
-        sw.parse_args(bad)
+        report.parse_args(bad)
     assert exit_.value.code == 2 and words in capsys.readouterr().err

@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 
 import gradio as gr
 
-from llada.eval.sweep import DecodeBudget, Point, Progress, SweepSpec, sweep, to_csv
+from llada.eval.sweep import DecodeBudget, Point, Progress, SweepSpec, sweep
+from llada.eval.sweep_report import to_csv
 from llada.eval.sweep_cache import SweepCache
 from llada.eval.tasks import TASKS
 from llada.presets import load_presets, merged

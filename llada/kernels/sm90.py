@@ -47,7 +47,7 @@ class Sm90Driver:
         return torch.device("cpu")
 
     def map_python_to_cpp_type(self, ty: str) -> str:
-        raise NotImplementedError("the sm_90 stand-in driver compiles; it cannot launch")
+        raise RuntimeError("the sm_90 stand-in driver compiles kernels; it cannot launch them")
 
 
 @dataclass
