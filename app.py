@@ -17,14 +17,11 @@ except ImportError:  # not a Space: nothing to patch
     pass
 
 import argparse  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-from ui.layout import build_demo  # noqa: E402
+from ui.layout import LOOK, build_demo  # noqa: E402
 from ui.models import Models, model_dirs  # noqa: E402
 
-CSS = Path(__file__).resolve().parent / "assets" / "style.css"
 QUEUE = {"max_size": 64, "default_concurrency_limit": 8}
-THEME = "soft"
 
 
 def offered(cli: list[str] | None = None) -> Models:
@@ -51,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         chosen.warm()  # load the default model in the background: the first run then starts at once
     for line in chosen.note().splitlines():
         print(f"[app] {line}", flush=True)
-    app.queue(**QUEUE).launch(server_name=args.host, server_port=args.port, css_paths=[CSS], theme=THEME)
+    app.queue(**QUEUE).launch(server_name=args.host, server_port=args.port, **LOOK)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import pytest
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 
-from ui_helpers import CSS, free_port  # noqa: E402
+from ui_helpers import free_port  # noqa: E402
+from ui.layout import LOOK  # noqa: E402
 
 
 GRID = {"tau_masks": ["0.5", "0.9"], "tau_edits": ["off", "0.5"], "tasks": ["add"], "n": 1, "block_length": 8}
@@ -67,7 +68,7 @@ def app_url(tiny_model_dir, tmp_path_factory, cache_dir):
     demo = explorer_app(model, cache_dir)
     port = free_port()
     demo.queue(max_size=16, default_concurrency_limit=8).launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css_paths=[CSS])
+        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 

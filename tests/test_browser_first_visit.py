@@ -22,13 +22,18 @@ THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
+    """The app as a visitor meets it: the shipped model, the shipped budget, the app's theme and CSS."""
     import os
 
-    before = os.environ.get("LLADA_EXPLORER_CACHE")
+    from ui import runs
+
+    before, budget = os.environ.get("LLADA_EXPLORER_CACHE"), runs.BUDGET
     os.environ["LLADA_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("explorer-cache"))  # no sweep from before
+    runs.BUDGET = runs.Budget()  # short example runs: the session's generous test budget is not needed here
     demo, url = launch_app(MODEL)
     yield url
     demo.close()
+    runs.BUDGET = budget
     if before is None:
         os.environ.pop("LLADA_EXPLORER_CACHE", None)
     else:
@@ -70,6 +75,7 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     ink, paper = luminance(page, "#canvas", "color"), luminance(page, "#canvas", "backgroundColor")
     assert (ink > paper + 0.4) if theme == "dark" else (paper > ink + 0.4)  # text reads on its card
     page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=20_000)
+    assert "1,024 forwards per run and 30 s per request" in page.inner_text("#budget-note")  # the shipped budget
     page.screenshot(path=str(ARTIFACTS / f"first-visit-{viewport}-{theme}.png"))
     page.close()
 
@@ -119,7 +125,7 @@ def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
     set_number(page, "explorer-n", 2)
     page.click("#explorer-run")
     wait_progress(page, "^Done", 180_000)
-    page.screenshot(path=str(ARTIFACTS / "explorer-desktop-light.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / "explorer-shipped-model.png"), full_page=True)
     row = page.locator("#explorer-table .virtual-row").filter(has_text="Q").first  # the model's Q preset
     row.locator("[role=gridcell]").nth(2).click()
     page.wait_for_selector("#tau-mask", state="visible", timeout=20_000)  # back on the playground

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import socket
 from contextlib import closing
-from pathlib import Path
 
 from llada.config import DecodeConfig
 from llada.trace import Change, StepRecord, Trace
 
-CSS = Path(__file__).resolve().parents[1] / "assets" / "style.css"
 MASK, EOS, HTML, NL, A, B = 1, 0, 7, 8, 9, 10
 TEXTS = {MASK: "[MASK]", EOS: "<|endoftext|>", HTML: "<img src=x onerror=alert(1)>", NL: "\n    ", A: "def", B: " f"}
 
@@ -56,12 +54,12 @@ def free_port() -> int:
 
 def launch_app(model_dir, recordings: dict | None = None):
     """The playground on `model_dir` (or a `Models`), served in this process on a free port; returns (demo, url)."""
-    from ui.layout import build_demo
+    from ui.layout import LOOK, build_demo
     from ui.models import Models
 
     models = model_dir if isinstance(model_dir, Models) else Models([str(model_dir)])
     demo = build_demo(models, recordings=recordings or {})
     port = free_port()
     demo.queue(max_size=16, default_concurrency_limit=8).launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css_paths=[CSS])
+        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
     return demo, f"http://127.0.0.1:{port}/"

@@ -16,7 +16,8 @@ import gradio as gr
 
 from llada.presets import load_presets, merged
 
-from .runs import BUDGET, LIMITS, MODES, preset_values
+from . import runs
+from .runs import LIMITS, MODES, preset_values
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
@@ -107,5 +108,5 @@ def settings(c: SimpleNamespace, models) -> None:
                                   elem_id="temperature")
         c.seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
     c.ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
-    gr.Markdown(f"Each request may use {BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
+    gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
                 "This tab keeps its last run for an hour.", elem_id="budget-note")

@@ -21,6 +21,7 @@ from .live import FOLLOW_JS, PATCHER_JS, canvas_script
 from .models import Models, gpu_seconds, on_gpu
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
+LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft"}  # launch(**LOOK): Gradio 6 dresses the page at launch
 STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
 SPEEDS = ["0.5", "1", "2", "4"]
 CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
