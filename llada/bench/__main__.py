@@ -8,7 +8,8 @@ import sys
 BENCHES = {"decode": "decode speed with the KV cache on and off",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
            "forward": "one LLaDA2.1-mini-shaped forward",
-           "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed"}
+           "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
+           "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul"}
 
 
 def main(argv: list[str]) -> int:
