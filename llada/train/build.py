@@ -81,7 +81,13 @@ def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows,
     functions = function_rows(hf, corpus.functions, tc.code_length, eos, pack) if tc.window_share < 1 \
         else _empty(tc.code_length)
     held_out = sum(len(t) + 1 for t in encode_texts(hf, [f.text for f in corpus.held_out]))
-    held_fns = [fn for f in corpus.held_out for fn in _functions(f)]
+    files = list(corpus.held_out)
+    random.Random(f"held-out/{tc.seed}").shuffle(files)
+    held_fns = []
+    for f in files:  # parse held-out files in a seeded order until there are enough functions to pick from
+        held_fns += _functions(f)
+        if len(held_fns) >= 4 * HELD_OUT_ROWS:
+            break
     random.Random(f"held-out/{tc.seed}").shuffle(held_fns)
     held_rows = function_rows(hf, held_fns[:HELD_OUT_ROWS], tc.code_length, eos)
     return windows, functions, held_rows, train_tokens, held_out
