@@ -191,6 +191,9 @@ def check_prompt(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mas
     bad = [t for t in prompt_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
     if bad:
         raise ValueError(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
+    if mask_id in prompt_ids:
+        raise ValueError(f"prompt token {prompt_ids.index(mask_id)} is the mask id {mask_id}: a prompt holds no masks "
+                         "(text that spells the mask token is tokenized as plain characters)")
     total = padded_length(len(prompt_ids), cfg.gen_length, cfg.block_length)
     limit = model.config.max_position_embeddings
     if total > limit:
