@@ -6,6 +6,11 @@
     for record in trace.follow(pipe.stream(ids, trace.settings)):   # one StepRecord per forward
         ...
     trace = pipe.generate(ids, pipe.config("Q", mbe=True))           # the finished Trace
+    traces = pipe.generate_batch([ids, other], [pipe.config("S"), pipe.config("Q")])  # rows share forwards
+    for row, record in pipe.stream_batch([ids, other], pipe.config("S")):            # (row, StepRecord)
+        ...
+
+A batch runs its rows together (`llada.batch`): every row's trace is the one it gets alone.
 
 Modes come from `llada.presets`: the official table, overridden by the model's own presets.json;
 a named mode sets the settings it names and explicit settings override them (`config`).
@@ -29,6 +34,7 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
+from .batch import check_configs, decode_batch, generate_batch
 from .decode import decode, generate
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
@@ -118,6 +124,24 @@ class Pipeline:
                          self.new_trace(prompt_ids, cfg, prompt, mode))
         trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
         return trace
+
+    def stream_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
+                     max_batch: int | None = None) -> Iterator[tuple[int, StepRecord]]:
+        """(row, record) of every forward of every row, the rows sharing forwards (`max_batch` at once);
+        bad settings or a prompt that does not fit raise here."""
+        return decode_batch(self.model, prompts, configs, self.mask_id, self.eos_id, max_batch)
+
+    def generate_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
+                       max_batch: int | None = None, texts: list[str] | None = None,
+                       modes: list[str] | None = None) -> list[Trace]:
+        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives."""
+        configs = check_configs(prompts, configs)
+        texts, modes = texts or [""] * len(prompts), modes or [""] * len(prompts)
+        traces = [self.new_trace(ids, cfg, text, mode) for ids, cfg, text, mode in zip(prompts, configs, texts, modes)]
+        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch)
+        for trace in traces:
+            trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
+        return traces
 
 
 def special_id(kind: str, given: int | None, root: Path, raw: dict, tokenizer: Tokenizer | None, vocab: int) -> int:
