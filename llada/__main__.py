@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
     g.add_argument("--quantize", choices=("none", "fp8", "fp8-dense"), default="none",
                    help="FP8 weights: routed experts, or experts and dense linears")
+    g.add_argument("--engine", choices=("auto", "fast", "reference"), default="auto",
+                   help="MoE kernels: fast (fused Triton, self-checked), reference (PyTorch); auto: fast on CUDA")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -102,7 +104,10 @@ def run_generate(args) -> list[dict]:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
                          device=device, mask_id=args.mask_id, eos_id=args.eos_id,
-                         quantize=None if args.quantize == "none" else args.quantize, progress=True)
+                         quantize=None if args.quantize == "none" else args.quantize, progress=True,
+                         engine=args.engine)
+    if pipe.engine.engine == "fast" or pipe.engine.fell_back:
+        print(pipe.engine.line(), file=sys.stderr)
     if args.batch_size is not None and args.prompts_file is None:
         raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)

@@ -36,6 +36,7 @@ from .checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
 from .batch import check_configs, decode_batch, generate_batch
 from .decode import decode, generate
+from .engine import EngineReport, use_engine
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
 from .tokenizer import Tokenizer, load_tokenizer
@@ -59,14 +60,16 @@ class Pipeline:
     presets: dict[str, dict] = field(default_factory=lambda: merged({}))
     name: str = "model"
     path: Path | None = None
+    engine: EngineReport | None = None  # which MoE engine runs and why (`llada.engine`)
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
-             progress: bool = False) -> "Pipeline":
+             progress: bool = False, engine: str = "auto") -> "Pipeline":
         """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.memory`).
 
-        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears)."""
+        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears).
+        engine: "auto", "fast" or "reference" (`llada.engine.use_engine`; its report is `pipe.engine`)."""
         root = Path(path)
         _, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
@@ -80,7 +83,10 @@ class Pipeline:
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
-        return cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
+        report = use_engine(model, engine)
+        pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
+        pipe.engine = report
+        return pipe
 
     def config(self, mode: str = "S", **explicit) -> DecodeConfig:
         """Decode settings of a mode of this model (S, Q, M2T, or its own), explicit settings on top."""
