@@ -1,4 +1,4 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, kernels, forward, load, gpu-check)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, kernels, forward, load, gpu-check)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import importlib
 import sys
 
 BENCHES = {"decode": "decode speed with the KV cache on and off",
+           "batch": "batched decoding: aggregate tokens/s and row latency per batch size",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
            "forward": "one LLaDA2.1-mini-shaped forward",
            "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
