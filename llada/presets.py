@@ -88,3 +88,8 @@ def write_presets(own: dict[str, dict], root: str | Path) -> Path:
     path = Path(root) / PRESETS_FILE
     path.write_text(json.dumps(own, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def tau_text(tau: float | None, spec: str = "g") -> str:
+    """A threshold as people read it: "off" when it is None (editing switched off), else `format(tau, spec)`."""
+    return "off" if tau is None else format(tau, spec)

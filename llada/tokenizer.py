@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 MASK_TOKENS = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>")
+USER_SLOT = "\ue000user\ue001"  # private-use characters: no template or tokenizer gives them meaning
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -31,14 +32,30 @@ class Tokenizer:
         return bool(getattr(self.hf, "chat_template", None))
 
     def encode(self, text: str, chat: bool | None = None) -> list[int]:
-        """Token ids of `text`; as a chat turn when the model has a template (unless chat=False)."""
+        """Token ids of `text`; as a chat turn when the model has a template (unless chat=False).
+
+        User text is text: a special token's spelling inside it (`<|mask|>`, `<|endoftext|>`) is
+        tokenized as ordinary characters, never as the special id. Only the chat template's own
+        markup around it yields special tokens."""
         if chat is None:
             chat = self.has_chat_template
-        if chat:
-            out = self.hf.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                              tokenize=True)
-            return list(out["input_ids"] if hasattr(out, "keys") else out)
-        return list(self.hf.encode(text, add_special_tokens=False))
+        if not chat:
+            return self._text_ids(text)
+        rendered = self.hf.apply_chat_template([{"role": "user", "content": USER_SLOT}], add_generation_prompt=True,
+                                               tokenize=False)
+        markup = rendered.split(USER_SLOT)  # the template's text before, between and after the user's text
+        if len(markup) < 2:
+            raise ValueError("the chat template does not place the user's message in the prompt")
+        ids = self._markup_ids(markup[0])
+        for part in markup[1:]:
+            ids += self._text_ids(text) + self._markup_ids(part)
+        return ids
+
+    def _text_ids(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def _markup_ids(self, markup: str) -> list[int]:
+        return list(self.hf.encode(markup, add_special_tokens=False)) if markup else []
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(ids, skip_special_tokens=True)

@@ -111,7 +111,7 @@ class Trace:
         self.output_lengths: list[int] = []  # output tokens after each record
         self.counts = dict.fromkeys(("decode", "cache", *KINDS), 0)
         self._writes: dict[int, list[tuple[int, str, float]]] = {}  # pos -> [(step, kind, p)] in order
-        self._view_step, self._view = 0, list(self.tokens)  # a cursor for tokens_at
+        self._cursor = (0, tuple(self.tokens))  # (step, tokens) of the last tokens_at: one value, swapped whole
         self._named = 0  # records already seen by name_tokens
         records, self.records = self.records, []
         for record in records:
@@ -254,19 +254,25 @@ class Trace:
         return self.records[self.steps_index[step - 1]] if step >= 1 else None
 
     def tokens_at(self, step: int) -> list[int]:
-        """The whole sequence after decode step `step` (0 = prompt followed by masks); a fresh list."""
+        """The whole sequence after decode step `step` (0 = prompt followed by masks); a fresh list.
+
+        Walks from the last step asked for, on a copy: the cursor is read once and replaced whole, so
+        threads that scrub, replay and export one trace at once each get the right frame."""
         step = max(0, min(step, self.steps))
         if step == self.steps:
             return list(self.tokens)
-        while self._view_step < step:  # forward: apply the next step's changes
-            self._view_step += 1
-            for c in self.step_record(self._view_step).changes:
-                self._view[c.pos] = c.token
-        while self._view_step > step:  # backward: undo this step's changes, last first
-            for c in reversed(self.step_record(self._view_step).changes):
-                self._view[c.pos] = c.old
-            self._view_step -= 1
-        return list(self._view)
+        view_step, frozen = self._cursor
+        view = list(frozen)
+        while view_step < step:  # forward: apply the next step's changes
+            view_step += 1
+            for c in self.step_record(view_step).changes:
+                view[c.pos] = c.token
+        while view_step > step:  # backward: undo this step's changes, last first
+            for c in reversed(self.step_record(view_step).changes):
+                view[c.pos] = c.old
+            view_step -= 1
+        self._cursor = (step, tuple(view))
+        return view
 
     def last_write(self, pos: int, step: int) -> tuple[int, str, float] | None:
         """(step, kind, p) of the last change at `pos` made at or before decode step `step`."""

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from llada.budget import Budget
 from llada.eval import sweep as sw
 from llada.eval import sweep_report as report
 from llada.eval.sweep_cache import SweepCache, model_fingerprint
@@ -152,7 +153,7 @@ def test_a_grid_over_the_cap_is_refused_before_decoding(pipe, monkeypatch):
 
 def test_each_decode_is_bounded_and_a_cut_one_counts_wrong(pipe):
     last = run(pipe, tiny_spec(tau_masks=(1.0,), tau_edits=(0.5,), mbe=(False,)),
-               budget=sw.DecodeBudget(forwards=2))[-1]
+               budget=Budget(forwards=2))[-1]
     (p,) = last.points
     assert p.cut == p.items == 2 and p.accuracy == 0.0
     assert p.tpf <= 1.0  # tau_mask 1.0 drafts one token per forward (nothing passes p > 1)
@@ -197,12 +198,12 @@ def test_a_grid_sharing_cells_shares_their_points(pipe, tmp_path, monkeypatch):
 
 def test_other_items_or_weights_use_another_file(pipe, tmp_path):
     cache = SweepCache(tmp_path)
-    base = cache.path(pipe.path, "cpu/float32", tiny_spec(), sw.DecodeBudget())
-    assert cache.path(pipe.path, "cpu/float32", tiny_spec(tau_masks=(0.1,)), sw.DecodeBudget()) == base  # same items
-    for other in (cache.path(pipe.path, "cpu/float32", tiny_spec(n=3), sw.DecodeBudget()),
-                  cache.path(pipe.path, "cpu/float32", tiny_spec(seed=1), sw.DecodeBudget()),
-                  cache.path(pipe.path, "cuda/bfloat16", tiny_spec(), sw.DecodeBudget()),
-                  cache.path(pipe.path, "cpu/float32", tiny_spec(), sw.DecodeBudget(forwards=9))):
+    base = cache.path(pipe.path, "cpu/float32", tiny_spec(), Budget())
+    assert cache.path(pipe.path, "cpu/float32", tiny_spec(tau_masks=(0.1,)), Budget()) == base  # same items
+    for other in (cache.path(pipe.path, "cpu/float32", tiny_spec(n=3), Budget()),
+                  cache.path(pipe.path, "cpu/float32", tiny_spec(seed=1), Budget()),
+                  cache.path(pipe.path, "cuda/bfloat16", tiny_spec(), Budget()),
+                  cache.path(pipe.path, "cpu/float32", tiny_spec(), Budget(forwards=9))):
         assert other != base
 
 
@@ -218,7 +219,7 @@ def test_the_fingerprint_follows_the_weights_not_the_readme(tmp_path):
 
 def test_an_unreadable_cache_file_is_ignored(pipe, tmp_path):
     cache = SweepCache(tmp_path)
-    path = cache.path(pipe.path, sw.engine_of(pipe), tiny_spec(), sw.DecodeBudget())
+    path = cache.path(pipe.path, sw.engine_of(pipe), tiny_spec(), sw.DECODE_BUDGET)
     path.write_text("{not json")
     assert run(pipe, tiny_spec(tau_masks=(0.3,), tau_edits=(0.5,), mbe=(False,)), cache)[-1].cached == 0
     assert len(json.loads(path.read_text())["points"]) == 1  # rewritten whole
@@ -229,10 +230,10 @@ def test_an_unreadable_cache_file_is_ignored(pipe, tmp_path):
 def test_command_line_prints_csv_and_json(tiny_model_dir, tmp_path, capsys):
     args = ["--model", str(tiny_model_dir), "--n", "1", "--tau-mask", "0.5", "--tau-edit", "off,0", "--mbe", "off",
             "--presets", "", "--tasks", "add", "--gen-length", "8", "--cache-dir", str(tmp_path)]
-    report.main(args + ["--csv"])
+    sw.main(args + ["--csv"])
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["tau_mask"], r["tau_edit"]) for r in table] == [("0.5", "off"), ("0.5", "0.0")]
-    report.main(args + ["--json"])
+    sw.main(args + ["--json"])
     out = capsys.readouterr()
     data = json.loads(out.out)
     assert data["n"] == 1 and len(data["points"]) == 2 and "2 from the cache" in out.err
@@ -243,5 +244,5 @@ def test_command_line_prints_csv_and_json(tiny_model_dir, tmp_path, capsys):
                                         (["--tasks", "poetry"], "tasks must be some of")])
 def test_command_line_refuses_bad_values(bad, words, capsys):
     with pytest.raises(SystemExit) as exit_:
-        report.parse_args(bad)
+        sw.parse_args(bad)
     assert exit_.value.code == 2 and words in capsys.readouterr().err

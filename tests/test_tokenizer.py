@@ -35,9 +35,26 @@ def test_digits_are_one_token_each(tok):
     assert tok.pieces(ids) == ["1", "3", "0", "2"]
 
 
-def test_special_tokens_in_text_are_specials(tok):
-    ids = tok.encode("a" + MASK_TOKEN)
-    assert ids[-1] == tok.mask_id
+@pytest.mark.parametrize("special", [MASK_TOKEN, EOS_TOKEN])
+def test_special_token_text_in_user_text_stays_text(tok, special):
+    """A prompt that spells a special token gets ordinary characters, never the special id."""
+    text = f"x = '{special}'"
+    ids = tok.encode(text)
+    assert tok.mask_id not in ids and tok.eos_id not in ids
+    assert tok.decode(ids) == text
+
+
+def test_the_chat_template_keeps_its_own_specials_and_user_text_stays_text(tmp_path):
+    save_tokenizer(build_tokenizer(TEXTS, vocab_size=300), tmp_path)
+    hf = load_fast(tmp_path)
+    hf.chat_template = "{{ messages[0]['content'] }}" + EOS_TOKEN + "A:"
+    chat = Tokenizer(hf)
+    ids = chat.encode("1+1=" + MASK_TOKEN)
+    assert ids.count(chat.eos_id) == 1 and ids[-3] == chat.eos_id  # the template's EOS, then "A:"
+    assert chat.mask_id not in ids
+    hf.chat_template = "no user text here"
+    with pytest.raises(ValueError, match="does not place the user's message"):
+        chat.encode("hi")
 
 
 def test_saved_config_names_the_fast_class(tmp_path):

@@ -74,3 +74,32 @@ def test_tokens_are_named_once_as_they_appear():
     trace.name_tokens(names)
     trace.name_tokens(names)
     assert asked == [[0, 1, 5, 6], [7, 8]] and trace.texts[8] == "t8"
+
+
+def _long_trace(steps: int = 120) -> Trace:
+    """One block of `steps` positions, each decode step drafting one of them."""
+    settings = DecodeConfig(threshold=0.5, editing_threshold=None, max_post_steps=0, block_length=steps,
+                            gen_length=steps)
+    window = (1, steps + 1)
+    records = [StepRecord(kind="decode", phase="draft", step=k, block=0, block_step=k, window=window, active=window,
+                          drafts=[Change(k, 2 + k % 7, MASK, 0.9)], guesses=[0] * steps, confidence=[0.9] * steps)
+               for k in range(1, steps + 1)]
+    return Trace(prompt_ids=[EOS + 2], settings=settings, mask_id=MASK, eos_id=EOS, records=records)
+
+
+def test_tokens_at_from_many_threads_at_once_draws_every_frame_right():
+    """Scrub, replay and export of one trace can run in threads at once: no shared cursor to tear."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    trace = _long_trace()
+    expected = [trace.tokens_at(step) for step in range(trace.steps + 1)]
+    steps = [(37 * i) % trace.steps for i in range(4000)]  # never the last step, which needs no walk
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            wrong = sum(pool.map(lambda s: trace.tokens_at(s) != expected[s], steps))
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == 0

@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 
 import gradio as gr
 
-from llada.eval.sweep import DecodeBudget, Point, Progress, SweepSpec, sweep
+from llada.budget import Budget
+from llada.eval.sweep import Point, Progress, SweepSpec, sweep
 from llada.eval.sweep_report import to_csv
 from llada.eval.sweep_cache import SweepCache
 from llada.eval.tasks import TASKS
@@ -49,7 +50,7 @@ DEFAULTS = {"tau_masks": ["0.05", "0.3", "0.5", "0.7", "0.9"], "tau_edits": ["of
 N_LIMITS = (1, 25)
 MAX_DECODES = 4_000  # per sweep (~5 min of the shipped model on one CPU core); more items: the command line
 SWEEP_SECONDS = 300.0  # per sweep request; finished points are cached, Run sweep again continues
-DECODE_BUDGET = DecodeBudget(forwards=min(BUDGET.forwards, 256), seconds=10.0)
+DECODE_BUDGET = Budget(forwards=min(BUDGET.forwards, 256), seconds=10.0)
 PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
 SWEEP_LOCK = threading.Lock()  # one sweep per server: playground runs keep the other decode slot

@@ -22,6 +22,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
+from llada.budget import Budget
 from llada.config import DecodeConfig
 from llada.trace import StepRecord, Trace
 
@@ -38,18 +39,7 @@ class InputError(ValueError):
     """An input the playground refuses; the message says what is allowed."""
 
 
-@dataclass(frozen=True)
-class Budget:
-    """What one request may cost: forwards per run and wall-clock seconds per request."""
-
-    forwards: int = 1024
-    seconds: float = 30.0
-
-    def describe(self) -> str:
-        return f"at most {self.forwards:,} forwards per run and {self.seconds:g} s per request"
-
-
-BUDGET = Budget()
+BUDGET = Budget()  # what one request may cost (tests and deployments replace it; read at each request)
 _LIVE: "weakref.WeakSet[LiveRun]" = weakref.WeakSet()  # runs whose engine is still open
 _LIVE_LOCK = threading.Lock()
 
@@ -179,21 +169,12 @@ class LiveRun:
         return self.trace
 
 
-def _budgeted(records: Iterator[StepRecord], trace: Trace, budget: Budget) -> Iterator[StepRecord]:
-    """Pass records on until the run ends or reaches its budget (then the trace says so)."""
-    started = time.monotonic()
-    try:
-        for record in records:
-            yield record
-            if trace.forwards >= budget.forwards:
-                trace.finish("stopped", f"budget reached: {trace.forwards:,} forwards (at most "
-                                        f"{budget.forwards:,} per run)")
-                return
-            if time.monotonic() - started > budget.seconds:
-                trace.finish("stopped", f"budget reached: {budget.seconds:g} s of wall time per request")
-                return
-    finally:
-        records.close()
+def _budgeted(stream: Iterator[StepRecord], trace: Trace, budget: Budget) -> Iterator[StepRecord]:
+    """The run's records into `trace` until the run ends (done) or its budget cuts it (the trace says why)."""
+    bounded = budget.bound(stream)
+    yield from trace.follow(bounded)  # closing this closes the engine's generator
+    if bounded.cut:
+        trace.finish("stopped", bounded.cut)
 
 
 def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
@@ -208,7 +189,7 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.mode)
-    run = LiveRun(pipe, trace, _budgeted(trace.follow(stream), trace, budget))
+    run = LiveRun(pipe, trace, _budgeted(stream, trace, budget))
     with _LIVE_LOCK:
         _LIVE.add(run)
     return run

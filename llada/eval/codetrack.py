@@ -24,9 +24,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..presets import tau_text
 from .code import CodeFunction, check_completion, code_items
-from .harness import MODES, Tally, _edit, mode_config, run_tally
 from .sources import load_sources, source_roots
+from .tally import MODES, Tally, mode_config, run_tally
 
 
 @dataclass
@@ -90,7 +91,7 @@ def format_code_table(code: dict) -> str:
     head = ["mode", "tau_mask", "tau_edit", "parses %", "in scope %", "TPF", "TPS", "edits/100", "MBE runs %"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in code["modes"].items():
-        cells = [name, f"{m['threshold']:g}", _edit(m), f"{100 * m['parses']:.1f}", f"{100 * m['in_scope']:.1f}",
+        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['parses']:.1f}", f"{100 * m['in_scope']:.1f}",
                  f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     ref = code["reference"]

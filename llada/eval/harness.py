@@ -26,72 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field, fields
 
+from ..presets import tau_text
+from .tally import MODES, ModeReport, Tally, mode_config, run_tally
 from .tasks import TASKS, Item, eval_items
-
-MODES = {  # report name -> (preset, overrides)
-    "S": ("S", {}),
-    "Q": ("Q", {}),
-    "M2T": ("M2T", {}),
-    "S_noedit": ("S", {"editing_threshold": None}),
-    "S_MBE": ("S", {"mbe": True}),
-}
 
 CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(text):\n",
                 "def read_config(path):\n", "def mean(values):\n")
-
-
-@dataclass
-class Tally:
-    """Running totals of one mode on one set of items."""
-
-    correct: int = 0
-    items: int = 0
-    tokens: int = 0
-    forwards: int = 0
-    seconds: float = 0.0
-    edits: int = 0
-    multi_block: int = 0  # runs whose output crossed a block boundary
-    mbe_fired: int = 0  # ... of which MBE edited an earlier block
-
-    def add(self, other: "Tally") -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def summary(self) -> dict:
-        return {"accuracy": self.correct / max(self.items, 1), "tpf": self.tokens / max(self.forwards, 1),
-                "tps": self.tokens / self.seconds if self.seconds else 0.0,
-                "edits_per_100": 100.0 * self.edits / max(self.tokens, 1),
-                "mbe_runs": self.mbe_fired / max(self.multi_block, 1)}
-
-
-def run_tally(result, cfg, correct: int = 0) -> Tally:
-    """The counters of one finished Trace."""
-    tokens = len(result.output_ids)
-    first, last = result.prompt_length // cfg.block_length, (result.prompt_length + tokens - 1) // cfg.block_length
-    multi = int(tokens > 0 and last > first)
-    return Tally(correct=correct, items=1, tokens=tokens, forwards=result.forwards, seconds=result.seconds,
-                 edits=result.edits + result.mbe_edits, multi_block=multi, mbe_fired=multi * int(result.mbe_edits > 0))
-
-
-@dataclass
-class ModeReport:
-    threshold: float
-    editing_threshold: float | None
-    tasks: dict[str, Tally] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        total = Tally()
-        for tally in self.tasks.values():
-            total.add(tally)
-        overall = total.summary()
-        # accuracy averaged over tasks (equal weight per task, as the paper averages benchmarks)
-        overall["accuracy"] = sum(t.summary()["accuracy"] for t in self.tasks.values()) / max(len(self.tasks), 1)
-        per_task = {name: {"accuracy": t.summary()["accuracy"], "tpf": t.summary()["tpf"]}
-                    for name, t in self.tasks.items()}
-        return {"threshold": self.threshold, "editing_threshold": self.editing_threshold, **overall,
-                "tasks": per_task}
 
 
 def score_item(pipe, item: Item, cfg) -> Tally:
@@ -99,11 +40,6 @@ def score_item(pipe, item: Item, cfg) -> Tally:
     result = pipe.generate(pipe.encode(item.prompt), cfg)
     text = pipe.decode_text([t for t in result.output_ids if t != pipe.eos_id])
     return run_tally(result, cfg, correct=int(item.check(text)))
-
-
-def mode_config(pipe, mode: str, gen_length: int):
-    preset, overrides = MODES[mode]
-    return pipe.config(preset, gen_length=gen_length, eos_early_stop=True, **overrides)
 
 
 def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None = None,
@@ -139,15 +75,11 @@ def format_table(report: dict) -> str:
     head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc \\| TPF" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in modes.items():
-        cells = [name, f"{m['threshold']:g}", _edit(m), f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
+        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
                  f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}"]
         cells += [f"{100 * m['tasks'][t]['accuracy']:.0f} \\| {m['tasks'][t]['tpf']:.2f}" for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     return f"model {report['model']}, seed {report['seed']}, n {report['n']} per task\n\n" + "\n".join(lines)
-
-
-def _edit(m: dict) -> str:
-    return "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"
 
 
 def code_samples(pipe, prompts=CODE_PROMPTS, mode: str = "S", gen_length: int = 128) -> list[dict]:

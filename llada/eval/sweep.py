@@ -4,215 +4,51 @@
     python -m llada.eval.sweep --model assets/model --n 10 --csv          # or --json; progress on stderr
 
 The LLaDA2.1 paper reports each decoding setting as a pair (score, TPF) (its Tables 1 and 4). A sweep
-measures that pair for every cell of a grid on the checkable tasks (`llada.eval.tasks`), so the trade-off
-reads as a curve: the Pareto front is the set of cells that no other cell beats on both accuracy and TPF.
-
-A cell is one decode setting: the model's S mode with τ_mask, τ_edit (None: editing off), MBE and the
-block length set explicitly. The model's presets (S, Q, M2T) are cells too, each with its own values, so
-they can be marked among the grid. MBE with editing off is not a cell: without T2T an earlier block has
-nothing to edit. Every cell decodes the same held-out items (`eval_items`) with `eos_early_stop`, each
-decode bounded by a `DecodeBudget` (a decode that passes it counts as wrong and as `cut`). The numbers
-mean what they mean in `llada.eval.harness` (its `Tally` and `ModeReport` add them up): accuracy is the
-mean of the per-task accuracies, TPF generated tokens over all forwards (cache refreshes included).
+measures that pair for every cell of a grid (`llada.eval.sweep_grid`) on the checkable tasks
+(`llada.eval.tasks`), so the trade-off reads as a curve: the Pareto front is the set of cells that no
+other cell beats on both accuracy and TPF. Every cell decodes the same held-out items (`eval_items`)
+with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
+wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
+add them up): accuracy is the mean of the per-task accuracies, TPF generated tokens over all forwards
+(cache refreshes included).
 
 `sweep(pipe, spec)` is a generator of `Progress`, one after every decode and one with the `Point` of
 each cell as it completes, so a caller can draw the chart as it grows, stop at any time or bound the time
 (`max_seconds`). Given a `SweepCache` (llada/eval/sweep_cache.py), finished points are written as they
 complete and read back by the next sweep of the same model and items: a second sweep is instant, a
 stopped one continues where it stopped, and a grid that adds one value decodes only the new cells.
+Rows, CSV, JSON and the table of the command line are `llada.eval.sweep_report`.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator, NamedTuple
 
-from .harness import ModeReport, Tally
-from .split import check_split
-from .tasks import TASKS, Item, eval_items
+from ..budget import Budget
+from .sweep_cache import SweepCache
+from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, Cell, Point, SweepSpec, pareto_front, point_of
+from .tally import Tally
+from .tasks import TASKS, Item
+from .sweep_report import format_table, to_csv, to_json
 
-TAU_MASKS = (0.05, 0.3, 0.5, 0.7, 0.9)
-TAU_EDITS = (None, 0.0, 0.5, 0.9)  # None: editing (T2T) off
-PRESETS = ("S", "Q", "M2T")
-GEN_LENGTH = 32  # answers are short; eos_early_stop ends a decode at the first finished block with EOS
+__all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]
 MAX_DECODES = 20_000  # cells x tasks x items of one sweep (~25 min of the shipped model on one CPU thread)
-MAX_ITEMS = 200  # items per task
+DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
 
 
-@dataclass(frozen=True)
-class DecodeBudget:
-    """What one decode of a sweep may cost (a decode that passes it is counted wrong and `cut`)."""
-
-    forwards: int = 256
-    seconds: float = 10.0
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One decode setting of the sweep; `preset` names the model's preset it stands for ("" in the grid)."""
-
-    tau_mask: float
-    tau_edit: float | None
-    mbe: bool
-    block_length: int
-    preset: str = ""
-
-    @property
-    def key(self) -> str:
-        """A stable id: the cache's key of this cell's point."""
-        edit = "off" if self.tau_edit is None else f"{self.tau_edit:g}"
-        return f"{self.preset or 'grid'}|{self.tau_mask:g}|{edit}|{'mbe' if self.mbe else 'nombe'}|{self.block_length}"
-
-    @property
-    def series(self) -> str:
-        return "MBE on" if self.mbe else "MBE off"
-
-    @property
-    def label(self) -> str:
-        edit = "off" if self.tau_edit is None else f"{self.tau_edit:g}"
-        name = f"{self.preset} preset: " if self.preset else ""
-        return f"{name}τ_mask {self.tau_mask:g} · τ_edit {edit} · {self.series} · block {self.block_length}"
-
-    def config(self, pipe, gen_length: int):
-        """The DecodeConfig of this cell for `pipe` (its mode table for everything the cell leaves open)."""
-        explicit = {"threshold": self.tau_mask, "editing_threshold": self.tau_edit, "mbe": self.mbe,
-                    "block_length": self.block_length, "gen_length": gen_length, "eos_early_stop": True}
-        return pipe.config(self.preset or "S", **explicit)
-
-    def to_dict(self) -> dict:
-        return {"preset": self.preset, "tau_mask": self.tau_mask, "tau_edit": self.tau_edit, "mbe": self.mbe,
-                "block_length": self.block_length}
-
-
-def _check_tau(name: str, values) -> None:
-    for v in values:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0):
-            raise ValueError(f"{name} values must be numbers in [0, 1], got {v!r}")
-
-
-@dataclass(frozen=True)
-class SweepSpec:
-    """The grid and the items of a sweep (the grid's block length None: the model's S block length)."""
-
-    tau_masks: tuple[float, ...] = TAU_MASKS
-    tau_edits: tuple[float | None, ...] = TAU_EDITS
-    mbe: tuple[bool, ...] = (False, True)
-    presets: tuple[str, ...] = PRESETS
-    tasks: tuple[str, ...] = tuple(TASKS)
-    n: int = 10
-    seed: int = 0
-    split: str = "eval"
-    block_length: int | None = None
-    gen_length: int = GEN_LENGTH
-
-    def __post_init__(self) -> None:
-        _check_tau("tau_mask", self.tau_masks)
-        _check_tau("tau_edit", self.tau_edits)
-        if None in self.tau_masks:
-            raise ValueError("tau_mask values must be numbers in [0, 1]; only tau_edit may be off")
-        bad = [t for t in self.tasks if t not in TASKS]
-        if bad or not self.tasks:
-            raise ValueError(f"tasks must be some of {', '.join(TASKS)}, got {list(self.tasks)!r}")
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_ITEMS:
-            raise ValueError(f"n (items per task) must be a whole number in [1, {MAX_ITEMS}], got {self.n!r}")
-        if not set(self.mbe) <= {False, True}:
-            raise ValueError(f"mbe values must be true or false, got {list(self.mbe)!r}")
-        check_split(self.split)
-        for name in ("tau_masks", "tau_edits", "mbe", "presets", "tasks"):  # one order, whatever was given
-            object.__setattr__(self, name, _ordered(getattr(self, name), name))
-
-    def cells(self, presets: dict[str, dict]) -> list[Cell]:
-        """The grid's cells (MBE off first), then the presets' (unknown presets are an error)."""
-        block = self.block_length or presets["S"]["block_length"]
-        grid = [Cell(float(m), None if e is None else float(e), mbe, block)
-                for mbe in self.mbe for e in self.tau_edits for m in self.tau_masks if not (mbe and e is None)]
-        out = []
-        for name in self.presets:
-            if name not in presets:
-                raise ValueError(f"unknown preset {name!r}; this model has {', '.join(presets)}")
-            values = presets[name]
-            out += [Cell(values["threshold"], values["editing_threshold"], mbe, values["block_length"], name)
-                    for mbe in self.mbe if not (mbe and values["editing_threshold"] is None)]
-        return grid + out
-
-    def items(self) -> dict[str, list[Item]]:
-        return {task: eval_items(task, self.n, self.seed, self.split) for task in self.tasks}
-
-    def items_key(self) -> dict:
-        """What decides the points besides the cell (the cache keys its files by this)."""
-        return {"tasks": list(self.tasks), "n": self.n, "seed": self.seed, "split": self.split,
-                "gen_length": self.gen_length}
-
-
-def _ordered(values, name: str) -> tuple:
-    values = tuple(dict.fromkeys(values))  # without duplicates
-    if name == "tasks":
-        return tuple(sorted(values, key=list(TASKS).index))
-    if name in ("tau_masks", "tau_edits", "mbe"):
-        return tuple(sorted(values, key=lambda v: -1.0 if v is None else float(v)))
-    return values
-
-
-@dataclass(frozen=True)
-class Point:
-    """The measured (accuracy, TPF) of one cell, with what explains it."""
-
-    cell: Cell
-    accuracy: float
-    tpf: float
-    tps: float
-    edits_per_100: float
-    items: int
-    cut: int
-    seconds: float
-    tasks: dict[str, dict] = field(default_factory=dict)  # task -> {"accuracy": .., "tpf": ..}
-
-    def to_dict(self) -> dict:
-        return {**self.cell.to_dict(), "accuracy": self.accuracy, "tpf": self.tpf, "tps": self.tps,
-                "edits_per_100": self.edits_per_100, "items": self.items, "cut": self.cut,
-                "seconds": self.seconds, "tasks": self.tasks}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Point":
-        cell = Cell(d["tau_mask"], d["tau_edit"], d["mbe"], d["block_length"], d.get("preset", ""))
-        return cls(cell, d["accuracy"], d["tpf"], d["tps"], d["edits_per_100"], d["items"], d["cut"],
-                   d["seconds"], d.get("tasks", {}))
-
-
-def point_of(cell: Cell, tallies: dict[str, Tally], cut: int) -> Point:
-    report = ModeReport(cell.tau_mask, cell.tau_edit, tallies).to_dict()
-    total = sum(t.items for t in tallies.values())
-    seconds = sum(t.seconds for t in tallies.values())
-    return Point(cell, report["accuracy"], report["tpf"], report["tps"], report["edits_per_100"], total, cut,
-                 seconds, report["tasks"])
-
-
-def dominates(a: Point, b: Point) -> bool:
-    return a.accuracy >= b.accuracy and a.tpf >= b.tpf and (a.accuracy > b.accuracy or a.tpf > b.tpf)
-
-
-def pareto_front(points: list[Point]) -> list[Point]:
-    """The points no other point dominates (at least as accurate and as fast, better in one), by TPF."""
-    front = [p for p in points if not any(dominates(q, p) for q in points)]
-    return sorted(front, key=lambda p: (p.tpf, -p.accuracy))
-
-
-# ---- running -------------------------------------------------------------------------------------------
-
-def score(pipe, item: Item, cfg, budget: DecodeBudget) -> tuple[Tally, bool]:
-    """Decode one item within `budget`; its tally and whether the budget cut it."""
+def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
+    """Decode one item within `budget`; its tally and whether the budget cut it (a cut item counts wrong)."""
     ids = pipe.encode(item.prompt)
     trace = pipe.new_trace(ids, cfg)
-    started, cut = time.monotonic(), False
-    records = trace.follow(pipe.stream(ids, cfg))
-    try:
-        for _ in records:
-            if trace.forwards > budget.forwards or time.monotonic() - started > budget.seconds:
-                cut = True
-                break
-    finally:
-        records.close()
+    bounded = budget.bound(pipe.stream(ids, cfg))
+    for _ in trace.follow(bounded):
+        pass
+    cut = bool(bounded.cut)
     text = pipe.decode_text([t for t in trace.output_ids if t != pipe.eos_id])
     tally = Tally(correct=int(not cut and item.check(text)), items=1, tokens=len(trace.output_ids),
                   forwards=trace.forwards, seconds=trace.seconds, edits=trace.edits + trace.mbe_edits)
@@ -240,7 +76,7 @@ def engine_of(pipe) -> str:
     return f"{pipe.model.device.type}/{'+'.join(dtypes)}"
 
 
-def sweep(pipe, spec: SweepSpec, cache=None, budget: DecodeBudget = DecodeBudget(),
+def sweep(pipe, spec: SweepSpec, cache=None, budget: Budget = DECODE_BUDGET,
           max_seconds: float | None = None, max_decodes: int = MAX_DECODES) -> Iterator[Progress]:
     """Measure every cell of `spec` on `pipe`, yielding `Progress`; the last update says done or stopped."""
     cells = spec.cells(pipe.presets)
@@ -301,7 +137,7 @@ class _State:
                         time.monotonic() - self.started)
 
 
-def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, budget: DecodeBudget,
+def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, budget: Budget,
              state: _State, max_seconds: float | None):
     """Decode every item of one cell, yielding progress after each; returns its Point (None: out of time)."""
     cfg = cell.config(pipe, spec.gen_length)
@@ -320,7 +156,85 @@ def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, bu
     return point_of(cell, tallies, cut)
 
 
-if __name__ == "__main__":  # `python -m llada.eval.sweep`: the command line lives with the reports
-    from .sweep_report import main
+# ---- command line --------------------------------------------------------------------------------------
 
+def _floats(text: str, name: str, allow_off: bool = False) -> tuple:
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if allow_off and part.lower() == "off":
+            out.append(None)
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"--{name}: {part!r} is not a number{' or off' if allow_off else ''}") from None
+    return tuple(out)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, SweepSpec]:
+    ap = argparse.ArgumentParser(prog="python -m llada.eval.sweep", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="assets/model", help="model directory")
+    ap.add_argument("--tau-mask", default=",".join(f"{v:g}" for v in TAU_MASKS), help="comma list of τ_mask")
+    ap.add_argument("--tau-edit", default="off,0,0.5,0.9", help="comma list of τ_edit (off: editing off)")
+    ap.add_argument("--mbe", default="off,on", help="MBE series: off, on or off,on")
+    ap.add_argument("--presets", default=",".join(PRESETS), help="the model's presets to mark ('' for none)")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
+    ap.add_argument("--n", type=int, default=10, help="items per task")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", choices=("eval", "train"), default="eval")
+    ap.add_argument("--block-length", type=int, default=None, help="the grid's block length (default: S's)")
+    ap.add_argument("--gen-length", type=int, default=GEN_LENGTH)
+    ap.add_argument("--cache-dir", default=None, help="where finished points are kept (default: "
+                                                      "~/.cache/llada-playground/explorer)")
+    ap.add_argument("--no-cache", action="store_true", help="neither read nor write cached points")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON")
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    args = ap.parse_args(argv)
+    try:
+        mbe = tuple({"off": False, "on": True}[m.strip()] for m in args.mbe.split(",") if m.strip())
+        spec = SweepSpec(_floats(args.tau_mask, "tau-mask"), _floats(args.tau_edit, "tau-edit", True), mbe,
+                         tuple(p for p in args.presets.split(",") if p), tuple(args.tasks.split(",")), args.n,
+                         args.seed, args.split, args.block_length, args.gen_length)
+    except KeyError as err:
+        ap.error(f"--mbe: {err.args[0]!r} is not off or on")
+    except ValueError as err:
+        ap.error(str(err))
+    return args, spec
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+    from tqdm import tqdm
+
+    from ..pipeline import Pipeline
+
+    args, spec = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    pipe = Pipeline.load(args.model)
+    cache = None if args.no_cache else SweepCache(args.cache_dir)
+    bar = tqdm(desc="sweep", unit="decode", file=sys.stderr)
+    try:
+        for progress in sweep(pipe, spec, cache):
+            bar.total = progress.total
+            bar.update(progress.done - bar.n)
+            if progress.point is not None:
+                bar.set_postfix_str(f"{progress.point.cell.key} acc {progress.point.accuracy:.2f} "
+                                    f"TPF {progress.point.tpf:.2f}")
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    bar.close()
+    points = list(progress.points)
+    print(f"sweep of {pipe.name}: {len(points)} points ({progress.cached} from the cache) in "
+          f"{progress.seconds:.1f} s", file=sys.stderr)
+    if args.json:
+        print(json.dumps(to_json(pipe, spec, points), indent=2))
+    elif args.csv:
+        print(to_csv(points), end="")
+    else:
+        print(format_table(points))
+
+
+if __name__ == "__main__":
     main()

@@ -27,9 +27,10 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from .sweep import DecodeBudget, Point, SweepSpec
+from ..budget import Budget
+from .sweep_grid import Point, SweepSpec
 
-VERSION = 1  # bump when a point's meaning changes: old files are then ignored
+VERSION = 2  # bump when a point's meaning changes: old files are then ignored
 DEFAULT_DIR = Path("~/.cache/llada-playground/explorer")
 MODEL_FILES = {"config.json", "presets.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model"}
@@ -77,19 +78,19 @@ class SweepCache:
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root or DEFAULT_DIR).expanduser()
 
-    def header(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: DecodeBudget) -> dict:
+    def header(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: Budget) -> dict:
         return {"version": VERSION, "model": str(Path(model_dir).resolve()),
                 "fingerprint": model_fingerprint(model_dir), "engine": engine, "items": spec.items_key(),
                 "budget": asdict(budget)}
 
-    def path(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: DecodeBudget) -> Path:
+    def path(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: Budget) -> Path:
         """The file of this model, engine, items and budget: <directory name>-<hash of them all>.json."""
         header = self.header(model_dir, engine, spec, budget)
         key = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()[:20]
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_dir).resolve().name)[:60]
         return self.root / f"{name}-{key}.json"
 
-    def load(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: DecodeBudget) -> dict[str, Point]:
+    def load(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: Budget) -> dict[str, Point]:
         """cell key -> Point of every cached point (empty when there is no usable file)."""
         try:
             data = json.loads(self.path(model_dir, engine, spec, budget).read_text(encoding="utf-8"))
@@ -97,7 +98,7 @@ class SweepCache:
         except (OSError, ValueError, KeyError, TypeError):  # missing, unreadable or from another version
             return {}
 
-    def save(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: DecodeBudget,
+    def save(self, model_dir: str | Path, engine: str, spec: SweepSpec, budget: Budget,
              point: Point) -> Path:
         """Add `point` to the file of its model, engine, items and budget."""
         path = self.path(model_dir, engine, spec, budget)

@@ -1,0 +1,91 @@
+"""What one decoding run may cost: a number of forwards and a wall-clock time, with one edge rule.
+
+The playground bounds every request with a `Budget`, and a Score | TPF sweep bounds every decode of
+its grid with one; both read the run's records through `Budget.bound`, so they agree at the edge:
+
+* a run may start a forward only while it is within its budget: fewer than `forwards` forwards done
+  and no more than `seconds` since it started;
+* a run that ends on its last allowed forward (the engine has nothing more to do) is *done*, not cut;
+* a run that still has work when its budget is spent is *cut*: `Bounded.cut` says why, and its records
+  stop at the budget (a run is never given a forward more than it may have).
+
+The engine's generator runs a forward when it is pulled, and only it knows whether one more is needed,
+so the rule is kept by pulling once more at the edge: a finished engine ends at once (no forward), an
+unfinished one hands over the record of a forward the run may not have, which is dropped uncounted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .trace import StepRecord
+
+
+@dataclass(frozen=True)
+class Budget:
+    """At most `forwards` forwards and `seconds` of wall time for one run (a request, or a sweep's decode)."""
+
+    forwards: int = 1024
+    seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.forwards, bool) or not isinstance(self.forwards, int) or self.forwards < 1:
+            raise ValueError(f"a budget needs at least 1 forward, got {self.forwards!r}")
+        if not self.seconds >= 0:
+            raise ValueError(f"a budget's seconds must be 0 or more, got {self.seconds!r}")
+
+    def describe(self) -> str:
+        return f"at most {self.forwards:,} forwards per run and {self.seconds:g} s per request"
+
+    def spent(self, forwards: int, elapsed: float) -> str:
+        """Why a run that has done `forwards` forwards in `elapsed` seconds may start no other ("" if it may)."""
+        if forwards >= self.forwards:
+            return f"budget reached: {forwards:,} forwards (at most {self.forwards:,} per run)"
+        if elapsed > self.seconds:
+            return f"budget reached: {self.seconds:g} s of wall time per request"
+        return ""
+
+    def bound(self, records: Iterator[StepRecord], clock: Callable[[], float] = time.monotonic) -> "Bounded":
+        """`records` (one per forward) within this budget; the clock starts now."""
+        return Bounded(records, self, clock)
+
+
+class Bounded:
+    """The records of one run within its budget; after the last one, `cut` says why it was cut ("" if not).
+
+    Closing it (or a consumer that stops early) closes the engine's generator."""
+
+    def __init__(self, records: Iterator[StepRecord], budget: Budget, clock: Callable[[], float]):
+        self.records, self.budget, self.clock = records, budget, clock
+        self.started = clock()
+        self.forwards = 0
+        self.cut = ""
+        self._gen = self._run()
+
+    def __iter__(self) -> "Bounded":
+        return self
+
+    def __next__(self) -> StepRecord:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+        close = getattr(self.records, "close", None)
+        if close is not None:
+            close()
+
+    def _run(self) -> Iterator[StepRecord]:
+        try:
+            for record in self.records:
+                if self.cut:  # the engine needed a forward past the budget: drop it, the run is cut
+                    return
+                self.forwards += 1
+                yield record
+                self.cut = self.budget.spent(self.forwards, self.clock() - self.started)
+            self.cut = ""  # the engine ended on its last allowed forward: done
+        finally:
+            close = getattr(self.records, "close", None)
+            if close is not None:
+                close()

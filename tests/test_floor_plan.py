@@ -1,0 +1,148 @@
+"""The floor plan, read from the imports: no import circle under llada/ or ui/, and the rooms stay apart.
+
+Every `import` statement counts, wherever it is (module level, inside a function, under
+`if __name__ == "__main__"`): a circle closed only by a command-line entry point is still a circle.
+The rules (README, "Files"): the engine (`llada/`) never imports `ui`, `gradio` or `plotly`; the tab
+folders `ui/playground/`, `ui/learn/` and `ui/explorer/` never import each other; the renderers in
+`ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("llada", "ui")
+TABS = ("ui.playground", "ui.learn", "ui.explorer")
+WIRING = {"ui.app", "app"}  # the only modules that put the tabs together
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    found = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    found["app"] = ROOT / "app.py"
+    return found
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules that `name` imports (a `from pkg import x` counts pkg.x when x is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{alias.name}" for alias in node.names}
+    return {m for m in out if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imported(name, path, set(mods)) for name, path in mods.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def tab_of(name: str) -> str | None:
+    return next((t for t in TABS if name == t or name.startswith(t + ".")), None)
+
+
+def broken_rules(edges: dict[str, set[str]], third_party: dict[str, set[str]]) -> list[str]:
+    out = []
+    for name, targets in edges.items():
+        tab = tab_of(name)
+        for target in sorted(targets):
+            other = tab_of(target)
+            if name.startswith("llada") and target.startswith("ui"):
+                out.append(f"{name} (engine) imports {target}")
+            elif other and other != tab and name not in WIRING:
+                out.append(f"{name} imports {target}: tab folders never import each other or from shared rooms")
+        banned = {"gradio", "plotly"} if name.startswith("llada") else {"gradio"} if name.startswith("ui.render") \
+            else set()
+        out += [f"{name} imports {lib}" for lib in sorted(third_party[name] & banned)]
+    return out
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    out = {}
+    for name, path in modules().items():
+        tops = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops.add(node.module.split(".")[0])
+        out[name] = tops
+    return out
+
+
+def test_no_import_circle_under_llada_or_ui():
+    assert circles(graph()) == []
+
+
+# ---- the checks themselves bite ----------------------------------------------------------------------------
+
+def test_a_circle_is_found():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(edges) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("edge, words", [(("ui.learn.view", "ui.playground.run"), "tab folders never"),
+                                         (("ui.frame", "ui.explorer.view"), "tab folders never"),
+                                         (("llada.decode", "ui.frame"), "(engine) imports")])
+def test_a_broken_rule_is_found(edge, words):
+    source, target = edge
+    edges = {source: {target}, target: set()}
+    (problem,) = broken_rules(edges, {source: set(), target: set()})
+    assert words in problem
+
+
+def test_relative_imports_resolve(tmp_path):
+    pkg = tmp_path / "ui" / "learn"
+    pkg.mkdir(parents=True)
+    (pkg / "view.py").write_text("from ..playground import run\nfrom . import lessons\nfrom .. import frame\n")
+    known = {"ui.playground", "ui.playground.run", "ui.learn.lessons", "ui.frame", "ui"}
+    got = imported("ui.learn.view", pkg / "view.py", known)
+    assert got == {"ui.playground", "ui.playground.run", "ui.learn.lessons", "ui.frame", "ui"}
