@@ -52,6 +52,7 @@ def training_section(summary: dict, command: str) -> str:
     losses = ", ".join(f"{k} {summary['first_loss'][k]} → {summary['final_loss'][k]}" for k in summary["batches"])
     return "\n".join([
         "```bash", command, "```", "",
+        *_packing(summary),
         f"Device: {summary['device']}{' with torch.compile' if summary['compiled'] else ''}. Building the corpus, "
         f"tokenizer and model took {summary['prep_seconds'] / 60:.1f} min, training {summary['seconds'] / 60:.1f} min "
         f"({summary['steps']:,} steps: {batches}), the evaluation below {summary.get('eval_seconds', 0) / 60:.1f} min.",
@@ -86,6 +87,14 @@ def curve_section(summary: dict, pilots: list[dict], out: Path) -> str:
                          f"{p['step']:,} | {p.get('tokens', 0):,} | {p['train_loss']:.3f} | {p['held_out_loss']:.3f} |")
     return "\n".join(["The held-out loss is the training objective on 64 held-out functions under a fixed noise "
                       "seed, measured at every checkpoint.", "", "![held-out loss](curve.png)", "", *lines])
+
+
+def _packing(summary: dict) -> list[str]:
+    tc = summary["config"]
+    if not tc.get("pack"):
+        return []
+    return [f"Function rows are packed: several functions per row of {tc['code_length']} tokens, each starting on "
+            f"a block boundary and attending only to itself.", ""]
 
 
 def presets_section(presets: dict) -> str:

@@ -84,7 +84,7 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
         OFFICIAL_DECODING, CODE_KNOWS),
     "cpu": TrainingPreset(
         "the Python-writing model sized for a 2-core CPU: resumable, checkpoints every 5 minutes",
-        dict(out="runs/cpu", minutes=70.0, device="cpu", threads=2, sources=("stdlib", "site-packages"),
+        dict(out="runs/cpu", minutes=70.0, device="cpu", threads=1, sources=("stdlib", "site-packages"),
              bpe_chars=8_000_000, vocab_size=2048, hidden=192, layers=4, heads=6, kv_heads=2, experts=16,
              top_k=2, groups=4, topk_group=2, expert_width=96, dense_width=384, block_lengths=(32,),
              code_length=128, code_batch=16, task_batch=32, code_share=0.8, window_share=0.3,
