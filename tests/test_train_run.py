@@ -235,7 +235,9 @@ def test_the_command_checkpoints_and_resumes(tmp_path, capsys):
     assert second["curve"][1]["held_out_loss"] > 0
     assert "parse" not in capsys.readouterr().err  # the resumed run did not parse the corpus again
     assert Pipeline.load(out / "checkpoint").model.config.num_experts == 16
-    main(common + ["--eval-only", "--eval-n", "1", "--code-n", "2", "--samples", "2", "--eval-gen-length", "16"])
+    main(common + ["--eval-only", "--eval-n", "1", "--code-n", "2", "--samples", "2", "--eval-gen-length", "16",
+                   "--checkpoint-code-n", "2"])
+    assert all(0 <= p["parses"] <= 1 for p in json.loads((out / "training.json").read_text())["curve"])
     card = (out / "README.md").read_text()
     assert card.count("python -m llada.train --preset tiny") == 2 and "--resume" in card  # both commands
     assert "## Learning curves" in card and "![held-out loss](curve.png)" in card and (out / "curve.png").exists()

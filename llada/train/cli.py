@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
                     "the card shows beside this run's (the pilot runs that chose its size)")
     ap.add_argument("--eval-only", action="store_true",
                     help="no training: evaluate the model in --out (trained earlier) and write its card")
+    ap.add_argument("--checkpoint-code-n", type=int, default=0,
+                    help="with --eval-only: the Q-mode parse rate of every checkpoint on this many held-out functions")
     ap.add_argument("--resume", action="store_true",
                     help="continue the stopped run in --out from its last checkpoint (OUT/resume.pt)")
     defaults = TrainConfig()
@@ -105,6 +107,20 @@ def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
     return report, code_samples(pipe, prompts, "S", tc.eval_gen_length)
 
 
+def checkpoint_parse_rates(out: Path, summary: dict, n: int, seed: int) -> None:
+    """Add "parses" (Q mode, n held-out functions) to each curve point whose checkpoint copy exists."""
+    from ..eval.codetrack import evaluate_code, held_out_items
+    from ..pipeline import Pipeline
+
+    items = held_out_items(n, seed, summary["data"]["roots"])
+    for point in summary.get("curve", []):
+        path = out / "checkpoints" / point.get("dir", f"{point['minutes']:05.1f}min")
+        if path.exists():
+            code = evaluate_code(Pipeline.load(path), items, ["Q"], summary["config"]["eval_gen_length"])
+            point["parses"] = round(code["modes"]["Q"]["parses"], 4)
+            print(f"checkpoint {path.name}: Q parses {point['parses']:.1%} of {len(items)}", flush=True)
+
+
 def pilot_curves(dirs: str) -> list[dict]:
     """{"name", "parameters", "active", "curve"} of each pilot run directory (from its training.json)."""
     out = []
@@ -139,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"--eval-only: {out / 'training.json'} does not exist (train into --out first)")
         summary = json.loads((out / "training.json").read_text())
         torch.set_num_threads(tc.threads)
+        if args.checkpoint_code_n:
+            checkpoint_parse_rates(out, summary, args.checkpoint_code_n, tc.seed)
         commands = (out / COMMANDS).read_text().rstrip("\n") if (out / COMMANDS).exists() else ""
     else:
         commands = record_command(out, argv)
