@@ -7,6 +7,10 @@ Each preset is a set of TrainConfig values plus the decoding presets the trained
     v1     the recipe of the shipped assets/model (3.8 M parameters, CPU, tasks first, its tuned presets)
     code   the Python-writing model: ~29 M parameters (~8 M active), 11 minutes of training on one
            H100/H200 in bf16 with torch.compile, official S / Q presets
+    cpu    the Python-writing model for a shared 2-core CPU: 4.2 M parameters (1.9 M active), a 2,048-token
+           vocabulary, rows of 128 tokens with packed functions, checkpoints every 5 minutes, `--resume`.
+           One thread: with the cores shared by ~10 runnable jobs, two OpenMP threads ran a step in ~40 s
+           against ~3 s for one thread (the same model and batch, minutes apart)
 
 Sizing (`plan`): parameters are counted from the config (total, and active = what one token
 touches: every dense weight, the shared expert and top_k of the routed experts), and a training step
