@@ -1,5 +1,5 @@
 """The Learn view without a browser: narration of known steps, what each lesson must show, the shipped
-recordings (each shows its idea, and `python -m ui.record` reproduces them byte for byte), the recorder's
+recordings (each shows its idea, and `python -m ui.learn.record` reproduces them byte for byte), the recorder's
 command line, and the view's renderers."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from llada.trace import Change, Trace
-from ui import learn, record
-from ui.learn import Recording, problems
-from ui.narrate import narrate, p_text, story, token_list, token_text
+from ui.learn import lessons, record, view as learn
+from ui.learn.lessons import Recording, problems
+from ui.render.narrate import narrate, p_text, story, token_list, token_text
 from ui_helpers import hand_trace
 
 IDEAS = ("draft", "edit", "modes", "mbe", "baseline")
@@ -110,21 +110,21 @@ def test_problems_name_what_a_lesson_fails_to_show():
 
 def test_a_bare_trace_is_a_one_run_lesson_and_bad_files_load_as_none(tmp_path):
     t = hand_trace()
-    rec = learn.as_recording("a run", t)
+    rec = lessons.as_recording("a run", t)
     assert rec.title == "a run" and rec.runs == (t,) and rec.right(t) is None
     bad = tmp_path / "bad.json"
     for text in ("{", '{"runs": []}', '{"lessons": [{"title": "x"}]}'):
         bad.write_text(text)
-        assert learn.load_recordings(bad) == {}
-    assert learn.load_recordings(tmp_path / "missing.json") == {}
+        assert lessons.load_recordings(bad) == {}
+    assert lessons.load_recordings(tmp_path / "missing.json") == {}
 
 
 # ---- the shipped recordings ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, Recording]:
-    recordings = learn.load_recordings()
-    assert recordings, f"{learn.RECORDING} is missing or unreadable: run python -m ui.record"
+    recordings = lessons.load_recordings()
+    assert recordings, f"{lessons.RECORDING} is missing or unreadable: run python -m ui.learn.record"
     return recordings
 
 
@@ -145,13 +145,13 @@ def test_each_idea_has_a_lesson_that_shows_it(shipped):
 
 
 def test_the_shipped_recordings_are_small():
-    assert learn.RECORDING.stat().st_size < 120_000  # the Space ships it; a few lessons need no more
+    assert lessons.RECORDING.stat().st_size < 120_000  # the Space ships it; a few lessons need no more
 
 
 def test_record_reproduces_the_shipped_file(tmp_path):
     out = tmp_path / "learn.json"
     assert record.main(["--out", str(out)]) == 0  # 0: every lesson shows its idea
-    assert out.read_bytes() == learn.RECORDING.read_bytes()
+    assert out.read_bytes() == lessons.RECORDING.read_bytes()
 
 
 # ---- the recorder's command line -------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_record_a_custom_lesson(tiny_model_dir, tmp_path, capsys):
             "S+MBE", "--block-length", "8", "--gen-length", "8"]
     assert record.main(args) == 0
     first = out.read_bytes()
-    (rec,) = learn.load_recordings(out).values()
+    (rec,) = lessons.load_recordings(out).values()
     assert [Recording.run_name(t) for t in rec.runs] == ["Q", "S + MBE"]
     assert rec.runs[1].settings.mbe and rec.runs[1].settings.block_length == 8
     assert all(r.seconds == 0.0 for t in rec.runs for r in t.records)  # no timings: the file is reproducible
@@ -181,7 +181,7 @@ def test_record_refuses_an_unknown_run(tmp_path, capsys):
 # ---- the view's renderers --------------------------------------------------------------------------------
 
 def test_narration_html_escapes_tokens_and_marks_the_current_step():
-    rec = learn.as_recording("hand", hand_trace())
+    rec = lessons.as_recording("hand", hand_trace())
     html = learn.narration_html(rec, 2)
     assert "<img" not in html and "&lt;img" in html
     assert 'data-step="2"' in html and '<li value="2" class="here">' in html
@@ -198,5 +198,5 @@ def test_a_pair_renders_two_canvases_and_compares_them():
     assert "<b>Q</b> · Step 2" in learn.narration_html(pair, 2)
     stats = learn.stats_html(pair)
     assert "S needs 2.0× fewer forwards (3 vs 6" in stats and "Q is wrong, S is wrong" in stats
-    single = learn.canvases(learn.as_recording("one", t), 1)
+    single = learn.canvases(lessons.as_recording("one", t), 1)
     assert 'class="canvas empty"' in single[1]

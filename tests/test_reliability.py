@@ -165,8 +165,9 @@ def test_a_dropped_client_stops_its_decode(app, monkeypatch):
 
 def test_a_long_run_exports_small_and_streams_patches(tiny_model_dir, tmp_path):
     from llada.pipeline import Pipeline
-    from ui import canvas, export
-    from ui.live import LiveCanvas
+    from ui import export
+    from ui.render import canvas
+    from ui.render.live import LiveCanvas
 
     pipe = Pipeline.load(tiny_model_dir)
     cfg = pipe.config("S", threshold=1.0, editing_threshold=None, block_length=4, gen_length=1000)

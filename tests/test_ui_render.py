@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from ui import canvas, charts, export, tables
+from ui import export
+from ui.render import canvas, charts, tables
 from llada.trace import Trace
 from ui_helpers import EOS, HTML, NL, TEXTS, hand_trace
 

@@ -1,9 +1,9 @@
 """Find the Learn view's lessons: a systematic search with the engine over the checkable tasks.
 
-    python -m ui.lesson_search --model assets/model --n 50 --seed 0
+    python -m ui.learn.lesson_search --model assets/model --n 50 --seed 0
 
 Every held-out item of llada/eval/tasks.py (`--n` per task) is decoded the ways a lesson needs, through
-the playground's own path (`ui.record.run_trace`), and the best items for each idea are printed:
+the playground's own path (`ui.learn.record.run_trace`), and the best items for each idea are printed:
 
     draft     S right with no edit; most answer tokens drafted by one forward, then fewest forwards
     edit      S right and S with editing off wrong (the edit was needed); fewest edits, then forwards
@@ -14,7 +14,7 @@ the playground's own path (`ui.record.run_trace`), and the best items for each i
     baseline  (not searched) M2T only on the draft lesson's prompt
 
 The code prompts of the evaluation (`llada.eval.harness.CODE_PROMPTS`, not checkable) join the MBE grid
-to count how often MBE fires on free text. The chosen items go into `ui.record.LESSONS` by hand.
+to count how often MBE fires on free text. The chosen items go into `ui.learn.record.LESSONS` by hand.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import NamedTuple
 from llada.eval.harness import CODE_PROMPTS
 from llada.eval.tasks import TASKS, Item, eval_items
 
-from .learn import parallel_drafts
+from .lessons import parallel_drafts
 from .record import RunSpec, run_trace
 
 TOP = 3  # candidates printed per idea
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from llada.pipeline import Pipeline
 
-    from .models import DEFAULT_MODEL
+    from ..models import DEFAULT_MODEL
 
     ap = argparse.ArgumentParser(description="Search held-out task items for the Learn view's lessons.")
     ap.add_argument("--model", default=str(DEFAULT_MODEL))

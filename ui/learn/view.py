@@ -1,132 +1,30 @@
-"""The Learn view: an explanation (assets/learn.md) beside recorded lessons (assets/learn_trace.json).
+"""The Learn tab: an explanation (assets/learn.md) beside recorded lessons (ui/learn/lessons.py).
 
-A lesson (`Recording`) shows one idea of the decoder on one prompt with one run, or two runs side by
-side at the same step (S vs Q; without and with MBE). `python -m ui.record` writes the file:
-
-    {"model": "...", "lessons": [{"idea": "edit", "title": "...", "caption": "...", "answer": "1308",
-                                  "runs": [trace, ...]}, ...]}
-
-where each trace follows docs/trace-schema.md. The view replays them without a model: play / pause
-(a `gr.Timer`), a step scrubber, *next edit*, one line of narration per step (ui/narrate.py, computed
-from the trace) and each run's numbers with its answer checked. `problems` says what a lesson fails to
-show of its idea (the recorder and the tests ask it).
+The view replays a lesson without a model: play / pause (a `gr.Timer`), a step scrubber, *next edit*,
+one line of narration per step (ui/render/narrate.py, computed from the trace) and each run's numbers
+with its answer checked. `build_view(recordings)` creates the components inside the tab, `wire` their
+events.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 
 from llada.trace import Trace
 
-from . import canvas
-from .events import REPLAY
-from .handlers import next_edit as next_edit_of
-from .narrate import narrate, visible
+from .. import ASSETS
+from ..frame import REPLAY
+from ..render import canvas
+from ..render.narrate import narrate, visible
+from .lessons import Recording, as_recording, learn_text
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
-LEARN_TEXT = ASSETS / "learn.md"
 LEARN_CSS = ASSETS / "learn.css"
-RECORDING = ASSETS / "learn_trace.json"
 CANVAS_IDS = ("canvas-learn", "canvas-learn-b")  # the first and the second run of a lesson
+RECORD = "python -m ui.learn.record"  # the command that records the lessons
 STEP_SECONDS = 1.2  # replay speed: one step per this many seconds, slow enough to read the narration
-MIN_PARALLEL = 3  # the draft lesson needs a forward that drafts at least this many answer tokens
-
-
-@dataclass(frozen=True)
-class Recording:
-    """One lesson: its runs (one, or two shown side by side), what to look for, the expected answer."""
-
-    title: str
-    runs: tuple[Trace, ...]
-    caption: str = ""
-    idea: str = ""
-    answer: str | None = None  # None: the prompt has no checkable answer
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Recording":
-        return cls(title=d["title"], runs=tuple(Trace.from_dict(t) for t in d["runs"]), caption=d.get("caption", ""),
-                   idea=d.get("idea", ""), answer=d.get("answer"))
-
-    @property
-    def steps(self) -> int:
-        return max(t.steps for t in self.runs)
-
-    @staticmethod
-    def run_name(trace: Trace) -> str:
-        mbe = " + MBE" if trace.settings.mbe else ""
-        off = " (editing off)" if trace.settings.editing_threshold is None and trace.mode != "M2T only" else ""
-        return f"{trace.mode or '?'}{mbe}{off}"
-
-    def right(self, trace: Trace) -> bool | None:
-        return None if self.answer is None else trace.text == self.answer
-
-    def verdict(self, trace: Trace) -> str:
-        right = self.right(trace)
-        shown = visible(trace.text or "")
-        return f"{shown} (not checkable)" if right is None else f"{shown} ✓ right" if right else f"{shown} ✗ wrong"
-
-
-def as_recording(label: str, value: Recording | Trace) -> Recording:
-    """A lesson from either a Recording or a bare Trace (one run, titled by its label)."""
-    return value if isinstance(value, Recording) else Recording(label, (value,))
-
-
-def load_recordings(path: Path = RECORDING) -> dict[str, Recording]:
-    """title -> Recording of every recorded lesson; empty when the file is missing or unreadable."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        lessons = [Recording.from_dict(d) for d in data["lessons"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return {r.title: r for r in lessons}
-
-
-def learn_text(path: Path = LEARN_TEXT) -> str:
-    return Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
-
-
-# ---- what a lesson must show -----------------------------------------------------------------------------
-
-def parallel_drafts(trace: Trace) -> int:
-    """The most answer tokens (EOS and padding excluded) drafted by one forward."""
-    end = trace.prompt_length + len(trace.output_ids)
-    return max((sum(1 for c in trace.step_record(k).drafts if c.pos < end and c.token != trace.eos_id)
-                for k in range(1, trace.steps + 1)), default=0)
-
-
-def problems(rec: Recording) -> list[str]:
-    """What the lesson fails to show of its idea (empty when it shows it)."""
-    runs, out = rec.runs, []
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            out.append(what)
-
-    first = runs[0]
-    if rec.idea in ("draft", "edit", "baseline") and rec.answer is not None:
-        need(rec.right(first) is True, f"the answer is wrong: {first.text!r}")
-    if rec.idea == "draft":
-        need(parallel_drafts(first) >= MIN_PARALLEL, f"no forward drafts {MIN_PARALLEL} or more answer tokens")
-    elif rec.idea == "edit":
-        need(first.edits >= 1, "no T2T edit")
-    elif rec.idea == "modes":
-        s, q = runs
-        need(s.forwards < q.forwards, f"S does not need fewer forwards than Q ({s.forwards} vs {q.forwards})")
-        need(rec.right(s) is False and rec.right(q) is True, "no accuracy gap on this prompt (S wrong, Q right)")
-    elif rec.idea == "mbe":
-        off, on = runs
-        need(on.settings.mbe and not off.settings.mbe, "the runs are not without and with MBE")
-        need(on.mbe_edits >= 1, "MBE made no edit")
-        need(rec.right(on) is True and rec.right(off) is False, "MBE did not turn a wrong answer right")
-    elif rec.idea == "baseline":
-        need(first.settings.editing_threshold is None and first.edits == 0, "editing is not off")
-    return out
 
 
 # ---- renderers (pure) -------------------------------------------------------------------------------------
@@ -141,7 +39,7 @@ def canvases(rec: Recording | None, step: int) -> list[str]:
 def narration_html(rec: Recording | None, step: int) -> str:
     """The current step's line (one per run) and, folded, the whole story of the lesson."""
     if rec is None:
-        return '<div class="narration"><p class="now">No recording yet: run <code>python -m ui.record</code>.</p></div>'
+        return f'<div class="narration"><p class="now">No recording yet: run <code>{RECORD}</code>.</p></div>'
     pair = len(rec.runs) > 1
     now = "".join(f'<p class="now" data-run="{i}">{_who(rec, t, pair)}{escape(narrate(t, step))}</p>'
                   for i, t in enumerate(rec.runs))
@@ -160,12 +58,12 @@ def _who(rec: Recording, trace: Trace, pair: bool) -> str:
 
 def caption_html(rec: Recording | None) -> str:
     if rec is None:
-        return ('<p class="recording-label">No recording yet: run <code>python -m ui.record</code> to make one.</p>')
+        return f'<p class="recording-label">No recording yet: run <code>{RECORD}</code> to make one.</p>'
     first = rec.runs[0]
     prompt = visible(first.prompt)
     caption = f'<p class="caption">{escape(rec.caption)}</p>' if rec.caption else ""
     return (f"{caption}<p class=\"recording-label\">Recording (not live) of model <code>{escape(first.model)}</code> "
-            f"on the prompt <code>{escape(prompt)}</code>, made with this engine by <code>python -m ui.record</code>."
+            f"on the prompt <code>{escape(prompt)}</code>, made with this engine by <code>{RECORD}</code>."
             "</p>")
 
 
@@ -276,7 +174,7 @@ def wire(recordings: dict, v: SimpleNamespace) -> None:
 
     def next_edit(title, step):
         rec = lessons.get(title)
-        found = [k for t in (rec.runs if rec else ()) if isinstance(k := next_edit_of(t, step, False)[1], int)]
+        found = [k for t in (rec.runs if rec else ()) if (k := canvas.next_edit_step(t, step)) is not None]
         if not found:
             return (*(gr.skip(),) * 4, _stopped())
         return (*frame(rec, min(found)), min(found), _stopped())

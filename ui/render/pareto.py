@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from llada.eval.sweep import Point, pareto_front
+from llada.presets import tau_text
 
 class Style(NamedTuple):
     name: str
@@ -47,14 +48,10 @@ class Settings(NamedTuple):
     block_length: int
 
 
-def edit_text(tau_edit: float | None) -> str:
-    return "off" if tau_edit is None else f"{tau_edit:g}"
-
-
 def settings_of(point: Point) -> list:
     """A point's settings as JSON-able `customdata`: [τ_mask, τ_edit ("off" or a number), MBE, block]."""
     c = point.cell
-    return [c.tau_mask, edit_text(c.tau_edit), c.mbe, c.block_length]
+    return [c.tau_mask, tau_text(c.tau_edit), c.mbe, c.block_length]
 
 
 def parse_settings(values) -> Settings:
@@ -74,7 +71,7 @@ def parse_settings(values) -> Settings:
 def _hover(point: Point) -> str:
     c = point.cell
     name = f"<b>{c.preset} preset</b><br>" if c.preset else ""
-    return (f"{name}τ_mask {c.tau_mask:g} · τ_edit {edit_text(c.tau_edit)} · block {c.block_length}<br>"
+    return (f"{name}τ_mask {c.tau_mask:g} · τ_edit {tau_text(c.tau_edit)} · block {c.block_length}<br>"
             f"accuracy {100 * point.accuracy:.1f}% · TPF {point.tpf:.2f}<br>edits/100 {point.edits_per_100:.1f}"
             f"{f' · cut {point.cut}' if point.cut else ''}<br><i>click: load into the playground</i>")
 
@@ -150,7 +147,7 @@ def table(points: list[Point]) -> pd.DataFrame:
     """One row per point, the settings first (a row's click loads them), best accuracy first per series."""
     fronts = {p.cell.key for mbe in (False, True) for p in pareto_front([q for q in points if q.cell.mbe == mbe])}
     ordered = sorted(points, key=lambda p: (p.cell.mbe, -p.accuracy, -p.tpf))
-    rows = [[SERIES[p.cell.mbe].name, p.cell.preset, f"{p.cell.tau_mask:g}", edit_text(p.cell.tau_edit),
+    rows = [[SERIES[p.cell.mbe].name, p.cell.preset, f"{p.cell.tau_mask:g}", tau_text(p.cell.tau_edit),
              p.cell.block_length, round(100 * p.accuracy, 1), round(p.tpf, 2), round(p.tps, 1),
              round(p.edits_per_100, 1), "★" if p.cell.key in fronts else ""] for p in ordered]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -14,10 +14,12 @@ import gradio as gr
 
 from llada.trace import Trace
 
-from . import canvas, tables
-from .handlers import (CANVAS_FPS, CHART_FPS, REFUSED, charts_of, error_html, failure_html, frame)
-from .live import LiveCanvas, patch_value
-from .runs import LiveRun, Throttle, check_request, interleave, start
+from ..frame import Throttle, frame, problem
+from ..render import canvas, tables
+from ..render.live import LiveCanvas, patch_value
+from ..runs import LiveRun, interleave, start
+from ..settings import check_prompt, check_request, presets_of
+from .run import CANVAS_FPS, CHART_FPS, charts_of
 
 
 class CompareFrame(NamedTuple):
@@ -67,21 +69,21 @@ def _compare_final(traces: dict[str, Trace], error: str = "") -> CompareFrame:
 
 
 def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
-    """S and Q runs of one prompt (block_length None: each mode's own)."""
+    """S and Q runs of one prompt (block_length None: each mode's own; model_path None: the default)."""
+    check_prompt(prompt)
+    presets = presets_of(model_path or models.default)
+    requests = {mode: check_request(presets, prompt, mode, block_length=block_length, gen_length=gen_length)
+                for mode in ("S", "Q")}
     pipe = models.get(model_path)
-    return {mode: start(pipe, check_request(prompt, mode, block_length=block_length, gen_length=gen_length))
-            for mode in ("S", "Q")}
+    return {mode: start(pipe, req) for mode, req in requests.items()}
 
 
 def compare_ui(models, model_path, prompt, gen_length):
     """S and Q on one prompt, each with its preset's block length, interleaved forward by forward."""
     try:
         runs = compare_runs(models, model_path, prompt, None, gen_length)
-    except REFUSED as err:
-        yield frame(CompareFrame, error=error_html(err))
-        return
-    except Exception as err:  # noqa: BLE001 - reported to the user, traceback logged
-        yield frame(CompareFrame, error=failure_html(err))
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
+        yield frame(CompareFrame, error=problem(err).html)
         return
     frames, chart_due, pair = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS), interleave(runs)
     lives = {label: LiveCanvas(CANVAS_IDS[label]) for label in runs}
@@ -91,10 +93,8 @@ def compare_ui(models, model_path, prompt, gen_length):
         for _ in pair:
             if frames.due():
                 yield _compare_frame(runs, lives, chart_due.due())
-    except REFUSED as err:
-        error = error_html(err)
-    except Exception as err:  # noqa: BLE001 - reported to the user, traceback logged
-        error = failure_html(err)
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
+        error = problem(err).html
     finally:
         pair.close()  # Stop or a closed tab ends both engines
     yield _compare_final({label: run.trace for label, run in runs.items()}, error)

@@ -1,4 +1,4 @@
-"""What watching costs: `python -m ui.bench [--model DIR]`.
+"""What watching costs: `python -m ui.playground.bench [--model DIR]`.
 
 Times the same decode three ways on one model and prompt:
 
@@ -15,14 +15,14 @@ import argparse
 import statistics
 import time
 
-from .handlers import generate_ui
-from .models import DEFAULT_MODEL, Models
-from .runs import check_request, decode_config
+from ..models import DEFAULT_MODEL, Models
+from ..settings import check_request
+from .run import generate_ui
 
 
 def bare_seconds(pipe, prompt: str, mode: str, block_length: int, gen_length: int) -> tuple[float, dict]:
-    req = check_request(prompt, mode, block_length=block_length, gen_length=gen_length)
-    cfg = decode_config(pipe, req)
+    req = check_request(pipe.presets, prompt, mode, block_length=block_length, gen_length=gen_length)
+    cfg = req.settings.config
     ids = pipe.encode(prompt)
     t = time.perf_counter()
     result = pipe.generate(ids, cfg)
@@ -31,22 +31,22 @@ def bare_seconds(pipe, prompt: str, mode: str, block_length: int, gen_length: in
 
 def app_seconds(models: Models, prompt: str, mode: str, block_length: int, gen_length: int) -> dict:
     """Drain the app's handler; seconds in total, to the first frame and to the first frame after a forward."""
-    values = preset_inputs(models, mode)
+    widgets = preset_inputs(models, mode) | {"block_length": block_length, "gen_length": gen_length}
     t = time.perf_counter()
     marks, frames = [], 0
-    for frame in generate_ui(models, models.default, prompt, mode, *values[:-1], block_length, gen_length,
-                             values[-1], 0.0, 0, False):
+    for frame in generate_ui(models, prompt=prompt, model=models.default, mode=mode, **widgets):
         frames += 1
         marks.append(time.perf_counter() - t)
     return {"seconds": marks[-1], "first_frame": marks[0], "first_token_frame": marks[min(1, len(marks) - 1)],
             "frames": frames}
 
 
-def preset_inputs(models: Models, mode: str) -> list:
-    """tau_mask, edit_on, tau_edit, mbe, mbe_window and max_post_steps as the UI would send them for `mode`."""
+def preset_inputs(models: Models, mode: str) -> dict:
+    """The widgets' values (by name) as the UI would send them for `mode`, lengths aside."""
     cfg = models.get(None).config(mode)
     off = cfg.editing_threshold is None
-    return [cfg.threshold, not off, 0.0 if off else cfg.editing_threshold, False, 1, cfg.max_post_steps]
+    return {"tau_mask": cfg.threshold, "edit": not off, "tau_edit": 0.0 if off else cfg.editing_threshold,
+            "mbe": False, "mbe_window": 1, "max_post_steps": cfg.max_post_steps, "temperature": 0.0, "seed": 0}
 
 
 def run(model: str, prompt: str, mode: str, block_length: int, gen_length: int, repeat: int) -> dict:

@@ -11,14 +11,11 @@ import gradio as gr
 
 from llada.trace import Trace
 
+from ..frame import Throttle, problem
+from ..runs import interleave, start
+from ..settings import Request, check_prompt, check_settings, presets_of
 from .compare import compare_runs
-from .handlers import CHART_FPS, REFUSED, failure_text, partial_text
-from .runs import Throttle, check_request, interleave, start
-
-
-def refused(err: Exception) -> gr.Error:
-    """A refusal for the client: the message, without a traceback in the server log (it is no failure)."""
-    return gr.Error(str(err), print_exception=False)
+from .run import CHART_FPS, partial_text
 
 
 def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
@@ -27,12 +24,13 @@ def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, ge
     A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it.
     model: an offered model's name (empty or null: the default model)."""
     try:
-        req = check_request(prompt, mode, tau_mask, tau_edit, True, mbe, 1, block_length, gen_length)
-        run = start(models.get(models.path_of(model)), req)
-    except REFUSED as err:
-        raise refused(err) from None
-    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
-        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+        prompt = check_prompt(prompt)
+        path = models.path_of(model)
+        settings = check_settings(presets_of(path or models.default), mode, tau_mask=tau_mask, tau_edit=tau_edit,
+                                  mbe=mbe, block_length=block_length, gen_length=gen_length)
+        run = start(models.get(path), Request(prompt, settings))
+    except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
+        raise problem(err).error() from None
     due = Throttle(1 / CHART_FPS)
     try:
         yield "", api_stats(run.trace), run.trace
@@ -40,10 +38,8 @@ def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, ge
             if record.kind == "decode" and due.due():
                 yield partial_text(run), api_stats(run.trace), run.trace
         run.close("done")
-    except REFUSED as err:
-        raise refused(err) from None
-    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
-        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+    except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
+        raise problem(err).error() from None
     finally:
         run.close()
     yield run.trace.text, api_stats(run.trace), run.trace
@@ -64,10 +60,8 @@ def compare_api(models, prompt, block_length, gen_length, model=None) -> dict:
         runs = compare_runs(models, models.path_of(model), prompt, block_length, gen_length)
         for _ in interleave(runs):
             pass  # interleave closes each run as it ends
-    except REFUSED as err:
-        raise refused(err) from None
-    except Exception as err:  # noqa: BLE001 - reported to the client, traceback logged
-        raise gr.Error(failure_text(err), print_exception=False) from None  # logged once, by failure_text
+    except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
+        raise problem(err).error() from None
     return {mode: api_stats(run.trace) | {"text": run.trace.text} for mode, run in runs.items()}
 
 

@@ -1,4 +1,4 @@
-"""Record the Learn view's lessons: `python -m ui.record [--model DIR] [--out FILE]`.
+"""Record the Learn view's lessons: `python -m ui.learn.record [--model DIR] [--out FILE]`.
 
 A lesson shows one idea of the decoder on one prompt, with one run or two side by side:
 
@@ -8,14 +8,15 @@ A lesson shows one idea of the decoder on one prompt, with one run or two side b
     mbe       Multi-Block Editing: the same settings without and with MBE; with it an earlier block is repaired
     baseline  M2T only: cautious drafting, editing off
 
-The default `LESSONS` were found on the shipped model by `python -m ui.lesson_search` (held-out items of
-llada/eval/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the engine's
-timings are left out (a lesson shows steps and forwards, not seconds), so recording twice writes the
-same bytes. After recording, every lesson is checked against what its idea must show (`ui.learn.problems`);
-a model on which a prompt no longer shows its idea is reported, with the command that finds new prompts.
+The default `LESSONS` were found on the shipped model by `python -m ui.learn.lesson_search` (held-out
+items of llada/eval/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the
+engine's timings are left out (a lesson shows steps and forwards, not seconds), so recording twice
+writes the same bytes. After recording, every lesson is checked against what its idea must show
+(`ui.learn.lessons.problems`); a model on which a prompt no longer shows its idea is reported, with
+the command that finds new prompts.
 
-    python -m ui.record                                             # assets/model -> assets/learn_trace.json
-    python -m ui.record --model DIR --prompt "12 + 34 =" --runs S Q S+MBE --gen-length 64   # one custom lesson
+    python -m ui.learn.record                     # assets/model -> assets/learn_trace.json
+    python -m ui.learn.record --model DIR --prompt "12 + 34 =" --runs S Q S+MBE --gen-length 64  # a custom lesson
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from typing import NamedTuple
 
 from llada.trace import Trace
 
-from .learn import RECORDING, Recording, problems
-from .models import DEFAULT_MODEL
-from .runs import check_request, drain, start
+from ..models import DEFAULT_MODEL
+from ..runs import drain, start
+from ..settings import check_request
+from .lessons import RECORDING, Recording, problems
 
-SEARCH = "python -m ui.lesson_search --model DIR"
+SEARCH = "python -m ui.learn.lesson_search --model DIR"
 
 
 class RunSpec(NamedTuple):
@@ -66,7 +68,8 @@ class Lesson:
 
 
 DUNZELBAT = ("def dec(dunzelbat):\n", "    dunzelbat = dunzelbat - 1\n    return dunzelbat\n")
-LESSONS = (  # the first candidates of `python -m ui.lesson_search --n 50 --seed 0` (MBE: the window of 1)
+# the first candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` (MBE: the window of 1)
+LESSONS = (
     Lesson("draft", "1 · Drafting in parallel",
            "S drafts every mask whose p passes τ_mask 0.05: the whole function body appears in one forward, "
            "and the next forward only checks it.", *DUNZELBAT, (RunSpec("S"),)),
@@ -89,8 +92,8 @@ LESSONS = (  # the first candidates of `python -m ui.lesson_search --n 50 --seed
 
 def run_trace(pipe, prompt: str, spec: RunSpec, gen_length: int) -> Trace:
     """One run of `spec` through the playground's own path (checked request, live run drained)."""
-    req = check_request(prompt, spec.mode, edit=spec.edit, mbe=spec.mbe, mbe_window=spec.mbe_window,
-                        block_length=spec.block_length, gen_length=gen_length)
+    req = check_request(pipe.presets, prompt, spec.mode, edit=spec.edit, mbe=spec.mbe,
+                        mbe_window=spec.mbe_window, block_length=spec.block_length, gen_length=gen_length)
     return drain(start(pipe, req))
 
 

@@ -1,47 +1,36 @@
-"""The Score | TPF explorer: sweep (τ_mask, τ_edit) on a model, chart accuracy against TPF, load a point.
+"""The Score | TPF explorer's handlers: the tab's settings as a sweep, the sweep streamed, cached points.
 
-`build_view(models)` creates the tab's components (call it inside `gr.Tab("Score | TPF", id="explorer")`);
-`wire(models, parts, playground, tabs)` wires their events. A sweep (`llada.eval.sweep`) runs inside one
+A sweep (`llada.eval.sweep`) runs inside one
 event that streams the growing chart and a progress line. It shares the playground's `decode`
 concurrency group and runs one at a time on a server (a second visitor is told to wait rather than take
 the playground's other decode slot); it is bounded in decodes (`MAX_DECODES`) and in time
 (`SWEEP_SECONDS`), every decode by `DECODE_BUDGET`, and Stop cancels it. Finished points are cached per
 model on disk (`llada.eval.sweep_cache`): opening the tab shows a grid measured before at once, and a
 stopped sweep continues where it stopped.
-
-A click on a point of the chart, or on a row of the table (`#explorer-table`), loads that point's
-settings into the playground (mode Custom, τ_mask, editing and τ_edit, MBE, block length) and switches
-to it. Gradio's Plot component reports no clicks, so the chart's clicks reach the server through
-assets/explorer.js as `select` events of the empty `#explorer-pick` component.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import gradio as gr
 
 from llada.budget import Budget
 from llada.eval.sweep import Point, Progress, SweepSpec, sweep
-from llada.eval.sweep_report import to_csv
 from llada.eval.sweep_cache import SweepCache
-from llada.eval.tasks import TASKS
-from llada.presets import load_presets, merged
+from llada.eval.sweep_report import to_csv
 
-from . import pareto
-from .events import DECODE, PRIVATE, REPLAY
-from .export import ExportDir
-from .handlers import REFUSED, failure_text, frame
-from .models import GPU_SECONDS, Models, on_gpu
-from .runs import BUDGET, LIMITS, Throttle
+from ..export import ExportDir
+from ..frame import Problem, Throttle, frame, problem
+from ..models import Models
+from ..render import pareto
+from ..runs import BUDGET
+from ..settings import LIMITS, presets_of
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
 CACHE_ENV = "LLADA_EXPLORER_CACHE"  # where sweep points are kept (default ~/.cache/llada-playground/explorer)
 TAU_MASKS = ["0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95"]
 TAU_EDITS = ["off", "0", "0.25", "0.5", "0.75", "0.9"]
@@ -55,7 +44,6 @@ PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
 SWEEP_LOCK = threading.Lock()  # one sweep per server: playground runs keep the other decode slot
 EXPORTS = ExportDir()
-INTRO = ASSETS / "explorer.md"
 
 
 class ExplorerFrame(NamedTuple):
@@ -99,10 +87,6 @@ def expected_engine(models: Models, model_path) -> str:
     offered = next((m for m in models.offered if m.path == model_path), None)
     dtype = str(offered.dtype).removeprefix("torch.") if offered is not None else "float32"
     return f"{models.rt.device}/{dtype}"
-
-
-def presets_of(model_path: str | None) -> dict[str, dict]:
-    return load_presets(Path(model_path)) if model_path else merged({})
 
 
 def model_name(model_path: str) -> str:
@@ -160,8 +144,9 @@ def shown(points: list[Point], model_path: str | None, text: str, subtitle: str 
                          csv=csv_file(points, model_path))
 
 
-def refused(err: Exception | str) -> ExplorerFrame:
-    return frame(ExplorerFrame, progress=f"**Refused:** {err}")
+def told(err: BaseException) -> ExplorerFrame:
+    """A refused or failed sweep, told in the progress line (ui.frame.problem)."""
+    return frame(ExplorerFrame, progress=problem(err).markdown)
 
 
 def subtitle_of(name: str, spec: SweepSpec) -> str:
@@ -176,7 +161,7 @@ def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edit
     try:
         spec = spec_of(tau_masks, tau_edits, mbe, tasks, n, block_length)
     except ValueError as err:
-        yield refused(err)
+        yield told(err)
         return
     if not SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):
         yield frame(ExplorerFrame, progress="Another sweep is running on this server (one at a time, so that "
@@ -185,10 +170,8 @@ def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edit
     try:
         pipe = models.get(model_path)
         yield from _stream(pipe, spec, cache, str(model_path or models.default))
-    except REFUSED as err:
-        yield refused(err)
-    except Exception as err:  # noqa: BLE001 - reported to the user, traceback logged
-        yield frame(ExplorerFrame, progress=f"**Error:** {failure_text(err)}")
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in the progress line
+        yield told(err)
     finally:
         SWEEP_LOCK.release()
 
@@ -216,8 +199,8 @@ def show_cached(models: Models, cache: SweepCache, model_path, tau_masks, tau_ed
             raise ValueError(f"unknown model {model_path!r}; choose one of the offered directories")
         spec = spec_of(tau_masks, tau_edits, mbe, tasks, n, block_length)
         cells = spec.cells(presets_of(model_path))
-    except (ValueError, OSError) as err:
-        return refused(err)
+    except (ValueError, OSError) as err:  # a bad setting, or an unreadable model directory
+        return frame(ExplorerFrame, progress=Problem(True, str(err)).markdown)
     known = cache.load(model_path, expected_engine(models, model_path), spec, DECODE_BUDGET)
     points = [known[c.key] for c in cells if c.key in known]
     decodes = len(cells) * spec.n * len(spec.tasks)
@@ -234,87 +217,3 @@ def load_point(values, has_model: bool, model_path) -> tuple:
     updates = ("Custom", s.tau_mask, s.tau_edit is not None, gr.skip() if s.tau_edit is None else s.tau_edit, s.mbe,
                s.block_length, gr.Tabs(selected="playground"))
     return updates + ((model_path,) if has_model else ())
-
-
-# ---- components and events ------------------------------------------------------------------------------
-
-def build_view(models: Models, defaults: dict | None = None) -> SimpleNamespace:
-    """The explorer's components (call inside `gr.Tab("Score | TPF", id="explorer")`); `defaults` overrides
-    the grid first shown (keys of `DEFAULTS`, plus "tasks" and "block_length")."""
-    p = SimpleNamespace()
-    d = DEFAULTS | {"tasks": list(TASKS), "block_length": presets_of(models.default)["S"]["block_length"]}
-    d |= defaults or {}
-    with gr.Column(elem_id="explorer"):
-        gr.Markdown(INTRO.read_text(encoding="utf-8") if INTRO.exists() else "### Score | TPF")
-        with gr.Row():
-            with gr.Column(scale=1, min_width=300):
-                p.tau_masks = gr.CheckboxGroup(TAU_MASKS, value=d["tau_masks"], elem_id="explorer-tau-mask",
-                                               label="τ_mask values (draft a mask when p > τ_mask)")
-                p.tau_edits = gr.CheckboxGroup(TAU_EDITS, value=d["tau_edits"], elem_id="explorer-tau-edit",
-                                               label="τ_edit values (edit a token when p > τ_edit; off: no editing)")
-                p.mbe = gr.CheckboxGroup(["off", "on"], value=d["mbe"], label="MBE series", elem_id="explorer-mbe")
-                with gr.Accordion("Model, tasks, items and block length", open=False, elem_id="explorer-more"):
-                    p.model = gr.Dropdown(models.choices(), value=models.default, label="Model",
-                                          elem_id="explorer-model")
-                    p.tasks = gr.CheckboxGroup(list(TASKS), value=d["tasks"], label="tasks (held-out items)",
-                                               elem_id="explorer-tasks")
-                    p.n = gr.Slider(*N_LIMITS, value=d["n"], step=1, label="items per task", elem_id="explorer-n")
-                    p.block_length = gr.Slider(*LIMITS["block_length"], value=d["block_length"], step=4,
-                                               label="block length of the grid (presets keep their own)",
-                                               elem_id="explorer-block-length")
-                with gr.Row():
-                    p.run = gr.Button("Run sweep", variant="primary", elem_id="explorer-run")
-                    p.stop = gr.Button("Stop", elem_id="explorer-stop")
-            with gr.Column(scale=2, min_width=320):
-                p.progress = gr.Markdown("Open this tab to see the points measured before, or press **Run sweep**.",
-                                         elem_id="explorer-progress")
-                p.chart = gr.Plot(pareto.figure([]), elem_id="explorer-chart", show_label=False)
-                p.pick = gr.HTML("", js_on_load=(ASSETS / "explorer.js").read_text(encoding="utf-8"),
-                                 elem_id="explorer-pick", container=False, padding=False, apply_default_css=False)
-                p.table = gr.Dataframe(pareto.table([]), elem_id="explorer-table", interactive=False, max_height=360,
-                                       label="Every point: click a row to load its settings into the Playground")
-                p.csv = gr.File(label="CSV of these points", elem_id="explorer-csv", interactive=False)
-    return p
-
-
-def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs, tab: gr.Tab | None = None,
-         cache_dir: str | Path | None = None) -> None:
-    """The explorer's events. `playground` holds the controls a point sets (mode, tau_mask, edit_on, tau_edit,
-    mbe, block_length; model too when given); `tabs` is the Tabs holding the "playground" tab; `tab`, the
-    explorer's own, shows the cached points when opened."""
-    cache = SweepCache(cache_dir or os.environ.get(CACHE_ENV) or None)
-    settings = [p.model, p.tau_masks, p.tau_edits, p.mbe, p.tasks, p.n, p.block_length]
-    outputs = [getattr(p, name) for name in ExplorerFrame._fields]
-
-    @on_gpu(seconds=lambda *_: GPU_SECONDS[1])  # the longest slot: finished points are cached if it runs out
-    def run(*args):
-        yield from run_sweep(models, cache, *args)
-
-    def cached(*args):
-        return show_cached(models, cache, *args)
-
-    def stopped(*args):
-        if SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):  # the cancelled sweep has closed: its last point is saved
-            SWEEP_LOCK.release()
-        return show_cached(models, cache, *args, stopped=True)
-
-    event = p.run.click(run, settings, outputs, show_progress="minimal", **PRIVATE, **DECODE)
-    p.stop.click(None, None, None, cancels=[event]).then(stopped, settings, outputs, **PRIVATE, **REPLAY)
-    triggers = [p.model.change] + [c.input for c in settings[1:]] + ([tab.select] if tab is not None else [])
-    gr.on(triggers, cached, settings, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
-    _wire_loading(p, playground, tabs)
-
-
-def _wire_loading(p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs) -> None:
-    has_model = getattr(playground, "model", None) is not None
-    targets = [playground.mode, playground.tau_mask, playground.edit_on, playground.tau_edit, playground.mbe,
-               playground.block_length, tabs] + ([playground.model] if has_model else [])
-
-    def from_row(model_path, evt: gr.SelectData):
-        return load_point(evt.row_value, has_model, model_path)
-
-    def from_chart(model_path, evt: gr.SelectData):
-        return load_point(evt.value, has_model, model_path)
-
-    p.table.select(from_row, [p.model], targets, **PRIVATE, **REPLAY)
-    p.pick.select(from_chart, [p.model], targets, **PRIVATE, **REPLAY)

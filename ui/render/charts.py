@@ -17,6 +17,7 @@ import math
 
 import plotly.graph_objects as go
 
+from llada.presets import tau_text
 from llada.trace import Trace
 
 KIND_COLOURS = {"drafts": "#22c55e", "edits": "#f59e0b", "mbe_edits": "#a855f7"}  # as in assets/style.css
@@ -148,9 +149,10 @@ def confidence_figure(trace: Trace) -> go.Figure:
                                     "color": colour, "line": {"width": 2, "color": colour}},
                          "hovertemplate": f"{KIND_NAMES[kind]} · step %{{y}} · position %{{x}}<extra></extra>"})
     s = trace.settings
-    tau_edit = "off" if s.editing_threshold is None else f"{s.editing_threshold:.2f}"
+    tau_edit = tau_text(s.editing_threshold, ".2f")
     every = f" (every {grid['stride']}th step)" if grid["stride"] > 1 else ""
-    title = f"Confidence p per position and step{every}: marks where p passed τ_mask {s.threshold:.2f} / τ_edit {tau_edit}"
+    title = (f"Confidence p per position and step{every}: marks where p passed τ_mask {s.threshold:.2f} / "
+             f"τ_edit {tau_edit}")
     height = min(360, 150 + 18 * len(grid["steps"]))
     return _figure(data, title, "position", "decode step", height=height, hovermode="closest",
                    yaxis=AXIS | integer_axis(max(trace.steps, 1)) | {"title": {"text": "decode step"},

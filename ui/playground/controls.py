@@ -14,12 +14,11 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from llada.presets import load_presets, merged
+from llada.presets import tau_text
 
-from . import runs
-from .runs import LIMITS, MODES, preset_values
+from .. import ASSETS, runs
+from ..settings import LIMITS, MODES, preset_values, presets_of
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
 
 
@@ -28,21 +27,17 @@ def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
-def presets_of(model_path: str | None) -> dict[str, dict]:
-    return load_presets(Path(model_path)) if model_path else merged({})
-
-
 def presets_note(model_path: str | None) -> str:
     rows = []
     for mode in ("S", "Q", "M2T only"):
         v = preset_values(presets_of(model_path), mode)
-        tau_edit = "off" if v["editing_threshold"] is None else f"{v['editing_threshold']:.2f}"
-        rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_edit} · block {v['block_length']}")
+        rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_text(v['editing_threshold'], '.2f')} · "
+                    f"block {v['block_length']}")
     return "Presets of this model: " + " · ".join(rows)
 
 
 def apply_mode(model_path, mode, with_block: bool = True) -> tuple:
-    """Slider values of a preset: tau_mask, edit_on, tau_edit, max_post_steps, block_length (skips for Custom)."""
+    """Slider values of a preset: tau_mask, edit, tau_edit, max_post_steps, block_length (skips for Custom)."""
     if mode == "Custom":
         return (gr.skip(),) * 5
     v = preset_values(presets_of(model_path), mode)
@@ -91,7 +86,7 @@ def settings(c: SimpleNamespace, models) -> None:
     s = preset_values(presets_of(models.default), "S")
     c.tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",
                            elem_id="tau-mask")
-    c.edit_on = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
+    c.edit = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
     c.tau_edit = gr.Slider(0, 1, value=s["editing_threshold"] or 0.0, step=0.01,
                            label="τ_edit: edit a token when p > τ_edit (T2T)", elem_id="tau-edit")
     c.block_length = gr.Slider(*LIMITS["block_length"], value=s["block_length"], step=4, label="block length",
@@ -102,7 +97,7 @@ def settings(c: SimpleNamespace, models) -> None:
     c.mbe_window = gr.Slider(*LIMITS["mbe_window"], value=1, step=1, label="MBE window (finished blocks kept "
                              "editable)", elem_id="mbe-window")
     with gr.Accordion("More settings", open=False):
-        c.max_post = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
+        c.max_post_steps = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
                                label="max post steps (mask-free steps per block)", elem_id="max-post-steps")
         c.temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)",
                                   elem_id="temperature")

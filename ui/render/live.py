@@ -13,13 +13,12 @@ applies each patch to the canvas whose id the patch names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from llada.trace import Trace
 
+from .. import ASSETS
 from . import canvas
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
 MAX_PATCH_CELLS = 512  # beyond this a keyframe is as cheap as the patch
 
 

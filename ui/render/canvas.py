@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
+from llada.presets import tau_text
 from llada.trace import Change, StepRecord, Trace
 
 TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
@@ -204,10 +205,6 @@ def cell_html(v: View, pos: int) -> str:
     return f"<span {' '.join(attrs)}>{inner}</span>"
 
 
-def _fmt_tau(value) -> str:
-    return "off" if value is None else f"{value:.2f}"
-
-
 def _tip(v: View, pos: int, state: str, p: float | None) -> str:
     trace, token = v.trace, v.tokens[pos]
     q = f'#{pos} "{text(trace, token)}"'
@@ -225,7 +222,7 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
     if state in ("edit", "mbe"):
         how = "T2T edit" if state == "edit" else f"MBE edit of block {pos // v.B}"
         return (f'{q} replaced "{text(trace, v.now[pos][1].old)}" at step {v.step} · {how} · '
-                f"p={p:.2f} > τ_edit {_fmt_tau(trace.settings.editing_threshold)}")
+                f"p={p:.2f} > τ_edit {tau_text(trace.settings.editing_threshold, '.2f')}")
     k, kind, wp = trace.last_write(pos, v.step)
     return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
 
@@ -253,7 +250,8 @@ def step_label(v: View) -> str:
 def header_html(v: View) -> str:
     s = v.trace.settings
     mbe = f"on (window {s.mbe_window})" if s.mbe else "off"
-    taus = (f"mode {escape(v.trace.mode)} · τ_mask {s.threshold:.2f} · τ_edit {_fmt_tau(s.editing_threshold)}"
+    tau_edit = tau_text(s.editing_threshold, ".2f")
+    taus = (f"mode {escape(v.trace.mode)} · τ_mask {s.threshold:.2f} · τ_edit {tau_edit}"
             f" · MBE {mbe} · block {s.block_length}")
     return f'<span class="where">{escape(step_label(v))}</span><span class="taus">{taus}</span>'
 
@@ -349,3 +347,14 @@ def patch(trace: Trace, since: int, step: int, ghost: bool = False) -> dict:
     return {"base": since, "step": b.step, "steps": trace.steps, "head": header_html(b), "counts": counts_html(b),
             "blocks": [[blk, block_class(b, blk)] for blk in touched],
             "cells": [[pos, cell_html(b, pos)] for pos in positions]}
+
+
+def next_edit_step(trace: Trace | None, step) -> int | None:
+    """The first step after `step` that edited something (T2T or MBE); None when there is none."""
+    if trace is None:
+        return None
+    for k in range(int(step or 0) + 1, trace.steps + 1):
+        record = trace.step_record(k)
+        if record.edits or record.mbe_edits:
+            return k
+    return None

@@ -4,7 +4,7 @@
     narrate(trace, 1)  # "Step 1 (block 0): 24 masks passed τ_mask 0.05 and were drafted together: ..."
     narrate(trace, 2)  # "Step 2 (block 0): position 10 changed '2' → '3' (p 0.91 > τ_edit 0.00): ..."
 
-Like the canvas (ui/canvas.py), narration is a pure function of a trace and a step: nothing is written
+Like the canvas (ui/render/canvas.py), narration is a pure function of a trace and a step: nothing is written
 per recording. What it can say comes from the records: which masks passed τ_mask (or that none did and
 the most confident one was taken), which written tokens changed and with what p against τ_edit, when
 each edited token had been written and how many tokens around it were written since (the context the
@@ -14,6 +14,7 @@ model did not have then), MBE edits of finished blocks, verification steps, bloc
 
 from __future__ import annotations
 
+from llada.presets import tau_text
 from llada.trace import Change, StepRecord, Trace
 
 WHITESPACE = {" ": "·", "\t": "⇥", "\n": "↵"}  # whitespace made visible, as the canvas draws it
@@ -32,10 +33,6 @@ def token_text(trace: Trace, token: int) -> str:
 
 def visible(text: str) -> str:
     return "".join(WHITESPACE.get(ch, ch) for ch in text)
-
-
-def tau(value: float | None) -> str:
-    return "off" if value is None else f"{value:.2f}"
 
 
 def p_text(p: float, threshold: float | None) -> str:
@@ -70,15 +67,16 @@ def opening(trace: Trace) -> str:
     s = trace.settings
     first = trace.prompt_length // s.block_length
     masks = (first + 1) * s.block_length - trace.prompt_length
+    tau_mask, tau_edit = tau_text(s.threshold, ".2f"), tau_text(s.editing_threshold, ".2f")
     edit = ("editing (T2T) is off, so a written token never changes" if s.editing_threshold is None else
-            f"a written token is edited when the model's new guess for it has p > τ_edit {tau(s.editing_threshold)}")
+            f"a written token is edited when the model's new guess for it has p > τ_edit {tau_edit}")
     blocks = "finished block stays" if s.mbe_window == 1 else f"{s.mbe_window} finished blocks stay"
     mbe = f"; with MBE the last {blocks} in the forward and can still be edited" if s.mbe else ""
     where = (f"the prompt ({trace.prompt_length} tokens) ends in block {first} (blocks of {s.block_length}), "
              f"whose other {masks} position{'s are masks' if masks != 1 else ' is a mask'}")
     prefill = cache_forwards_after(trace, None)
     first_forward = f" Before step 1, {prefill}." if prefill else ""
-    return (f"Step 0: {where}. Rules of this run: a mask is drafted when p > τ_mask {tau(s.threshold)}; {edit}{mbe}."
+    return (f"Step 0: {where}. Rules of this run: a mask is drafted when p > τ_mask {tau_mask}; {edit}{mbe}."
             + first_forward)
 
 
@@ -114,7 +112,7 @@ def drafted(trace: Trace, r: StepRecord) -> str:
     """The M2T part: how many masks were filled, which rule filled them."""
     if not r.drafts:
         return ""
-    t = tau(trace.settings.threshold)
+    t = tau_text(trace.settings.threshold, ".2f")
     passed = [c for c in r.drafts if c.p > trace.settings.threshold]
     if not passed:
         c = r.drafts[0]
@@ -141,8 +139,9 @@ def edited(trace: Trace, r: StepRecord) -> list[str]:
 
 
 def edit_line(trace: Trace, r: StepRecord, kind: str, c: Change) -> str:
+    tau_edit = tau_text(trace.settings.editing_threshold, ".2f")
     what = (f"position {c.pos} changed {token_text(trace, c.old)} → {token_text(trace, c.token)} "
-            f"(p {p_text(c.p, trace.settings.editing_threshold)} > τ_edit {tau(trace.settings.editing_threshold)})")
+            f"(p {p_text(c.p, trace.settings.editing_threshold)} > τ_edit {tau_edit})")
     if kind == "mbe_edits":
         b = c.pos // trace.block_length
         what = f"MBE: in the finished block {b} (kept in the forward while block {r.block} decodes), {what}"
