@@ -4,6 +4,11 @@ Without --json it prints the generated text and a one-line summary; with --json 
 output_ids, text, num_decode_forwards, num_cache_forwards, block_states_before_each_forward, tpf, tps,
 drafts, edits, mbe_edits. Explicit thresholds override the mode's; the model's own presets
 (presets.json) define the modes when it ships them.
+
+`--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
+forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
+line is the prompt's text, or a JSON string (for a prompt with newlines), or comma-separated token
+ids for a model without a tokenizer; blank lines are skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs the model's tokenizer)")
     src.add_argument("--prompt-ids", type=_ids, help="prompt token ids, comma-separated")
+    src.add_argument("--prompts-file", help="one prompt per line (text, a JSON string, or token ids), decoded "
+                                            "as one batch; one result per line")
+    g.add_argument("--batch-size", type=int, help="with --prompts-file: rows decoded at once (default: all)")
     g.add_argument("--mode", default="S", help="preset: S, Q, M2T or one of the model's presets.json (default S)")
     g.add_argument("--threshold", type=float, help="tau_mask: draft a mask when p > this")
     g.add_argument("--editing-threshold", type=_threshold, default=argparse.SUPPRESS,
@@ -66,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
     g.add_argument("--quantize", choices=("none", "fp8", "fp8-dense"), default="none",
                    help="FP8 weights: routed experts, or experts and dense linears")
+    g.add_argument("--engine", choices=("auto", "fast", "reference"), default="auto",
+                   help="MoE kernels: fast (fused Triton, self-checked), reference (PyTorch); auto: fast on CUDA")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -86,7 +96,7 @@ def decode_config(pipe, args):
     return pipe.config(args.mode, **explicit)
 
 
-def run_generate(args) -> dict:
+def run_generate(args) -> list[dict]:
     import torch
 
     from .pipeline import Pipeline
@@ -94,15 +104,59 @@ def run_generate(args) -> dict:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
                          device=device, mask_id=args.mask_id, eos_id=args.eos_id,
-                         quantize=None if args.quantize == "none" else args.quantize, progress=True)
+                         quantize=None if args.quantize == "none" else args.quantize, progress=True,
+                         engine=args.engine)
+    if pipe.engine.engine == "fast" or pipe.engine.fell_back:
+        print(pipe.engine.line(), file=sys.stderr)
+    if args.batch_size is not None and args.prompts_file is None:
+        raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
+    if args.prompts_file is not None:
+        prompts = [_line_prompt(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
+        return [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
     ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
-    trace = pipe.generate(ids, cfg)
+    return [_result(pipe, pipe.generate(ids, cfg))]
+
+
+def _result(pipe, trace) -> dict:
     out = trace.summary()
     if pipe.tokenizer is not None:
         out["text"] = trace.text
     return out
+
+
+def _lines(path: str) -> list[tuple[int, str]]:
+    """(line number, line) of every non-blank line; ValueError when the file cannot be read or has none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [(n, line.rstrip("\r\n")) for n, line in enumerate(f, 1) if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--prompts-file {path}: cannot read it ({err})") from None
+    if not lines:
+        raise ValueError(f"--prompts-file {path}: no prompt in it (one prompt per line)")
+    return lines
+
+
+def _line_prompt(pipe, line: str, n: int, chat) -> list[int]:
+    """The token ids of one line of a prompts file (see the module docstring)."""
+    if pipe.tokenizer is None:
+        try:
+            return _ids(line)
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"--prompts-file line {n}: {err} (the model has no tokenizer)") from None
+    text = line
+    if line.lstrip().startswith('"'):
+        try:
+            text = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--prompts-file line {n}: not a valid JSON string ({err})") from None
+        if not isinstance(text, str):
+            raise ValueError(f"--prompts-file line {n}: a JSON line must be one string")
+    try:
+        return _encode(pipe, text, chat)
+    except ValueError as err:
+        raise ValueError(f"--prompts-file line {n}: {err}") from None
 
 
 def _encode(pipe, text: str, chat) -> list[int]:
@@ -122,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         except (CheckpointError, ValueError, FloatingPointError) as err:  # FloatingPointError: NonFiniteLogits
             print(f"error: {err}", file=sys.stderr)
             return 2
-    if args.json:
-        print(json.dumps(out))
-    else:
-        print(out.get("text", " ".join(map(str, out["output_ids"]))))
-        print(f"[{len(out['output_ids'])} tokens, {out['num_decode_forwards']} decode + {out['num_cache_forwards']} "
-              f"cache forwards, TPF {out['tpf']:.2f}, TPS {out['tps']:.1f}, drafts {out['drafts']}, "
-              f"edits {out['edits']}, MBE edits {out['mbe_edits']}]")
+    for one in out:
+        if args.json:
+            print(json.dumps(one))
+            continue
+        print(one.get("text", " ".join(map(str, one["output_ids"]))))
+        print(f"[{len(one['output_ids'])} tokens, {one['num_decode_forwards']} decode + {one['num_cache_forwards']} "
+              f"cache forwards, TPF {one['tpf']:.2f}, TPS {one['tps']:.1f}, drafts {one['drafts']}, "
+              f"edits {one['edits']}, MBE edits {one['mbe_edits']}]")
     return 0
 
 

@@ -24,14 +24,14 @@ forward never waits for the host (`graph_ready`: FP8 experts on the Triton kerne
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from typing import Generator, Iterator, NamedTuple
 
 import torch
 
 from . import rule
 from .config import DecodeConfig, padded_length
 from .graphs import StepGraphs, graph_ready
-from .model import LLaDA2MoE, block_causal_mask
+from .model import LLaDA2MoE, Row, block_causal_mask
 from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
 
@@ -40,6 +40,15 @@ FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
 class NonFiniteLogits(FloatingPointError):
     """The model produced NaN or infinite logits: the run cannot go on (broken or overflowing weights)."""
+
+
+class Forward(NamedTuple):
+    """A forward a row's loop asks for: positions [lo, hi); those from groups_hi*B on form one group."""
+
+    lo: int
+    hi: int
+    groups_hi: int
+    logits: bool = True  # False: a cache forward (only its keys/values are kept)
 
 
 class _Run:
@@ -63,51 +72,54 @@ class _Run:
         path = resolve_forward(forward, model, cfg)
         self.static = None if path == "dynamic" else StepGraphs(model, self.cache, B, capture=path == "graph")
 
-    def forward(self, lo: int, hi: int, groups_hi: int) -> torch.Tensor:
-        """Logits (hi-lo, V) for positions [lo, hi); positions >= groups_hi*B form one bidirectional group."""
+    def row(self, f: Forward) -> Row:
+        """The row-batched forward's input for `f`: the window over the cache, or the whole prefix without one."""
         B = self.cfg.block_length
-        if self.static is not None:
-            return self.static(self.x[:, lo:hi], lo, hi, groups_hi)
         if self.cache is not None:
-            n = hi - lo
-            groups = (torch.arange(lo, hi, device=self.x.device) // B).clamp(max=groups_hi)
+            groups = (torch.arange(f.lo, f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
             mask = None
             if groups[0] != groups[-1]:  # several strict blocks in one call (prefill / refresh)
-                keys = torch.cat([torch.full((lo,), -1, device=groups.device), groups])
+                keys = torch.cat([torch.full((f.lo,), -1, device=groups.device), groups])
                 mask = block_causal_mask(groups, keys)
-            return self.model(self.x[:, lo:hi], start=lo, mask=mask, cache=self.cache)[0, -n:]
-        groups = (torch.arange(hi, device=self.x.device) // B).clamp(max=groups_hi)
-        return self.model(self.x[:, :hi], mask=block_causal_mask(groups))[0, lo:hi]
+            return Row(self.x[0, f.lo:f.hi], f.lo, mask, self.cache, f.logits)
+        groups = (torch.arange(f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
+        return Row(self.x[0, :f.hi], 0, block_causal_mask(groups), None, f.logits)
 
     def seconds(self) -> float:
         return time.perf_counter() - self.resumed
 
 
-def _fill_cache(run: _Run, upto: int, phase: str, block: int) -> Iterator[StepRecord]:
+def run_forwards(runs: list[_Run], asks: list[Forward]) -> list[torch.Tensor | None]:
+    """One model call for every row's forward -> per row logits (hi-lo, V) (None for a cache forward)."""
+    with torch.inference_mode():
+        if len(runs) == 1 and runs[0].static is not None:
+            run, f = runs[0], asks[0]
+            return [run.static(run.x[:, f.lo:f.hi], f.lo, f.hi, f.groups_hi)]
+        logits = runs[0].model.forward_rows([run.row(f) for run, f in zip(runs, asks)])
+    return [None if out is None else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
+
+
+Loop = Generator["Forward | StepRecord", "torch.Tensor | None", None]  # yields asks and records, is sent logits
+
+
+def _fill_cache(run: _Run, upto: int, phase: str, block: int) -> Loop:
     """Compute strict block-causal keys/values of [cache.length, upto) and commit them."""
     cache = run.cache
     if cache is None or cache.length >= upto:
         return
     lo = cache.length
-    _cache_forward(run, lo, upto)
+    yield Forward(lo, upto, upto // run.cfg.block_length, logits=False)  # every block strict, no merged group
     cache.commit(upto)
     yield StepRecord(kind="cache", phase=phase, step=run.decode_forwards, block=block, block_step=0,
                      window=(lo, upto), active=(lo, upto), seconds=run.seconds())
 
 
-def _cache_forward(run: _Run, lo: int, upto: int) -> None:
-    """Keys/values of [lo, upto) written into the cache, every block strictly block-causal (no merged group)."""
-    with torch.inference_mode():
-        run.forward(lo, upto, groups_hi=upto // run.cfg.block_length)
-
-
-def _step(run: _Run, block: int, lo: int, block_step: int) -> StepRecord:
-    """One decode forward over window [lo, end of `block`); applies the rule's drafts and edits to run.x."""
+def _step(run: _Run, block: int, lo: int, block_step: int, logits: torch.Tensor) -> StepRecord:
+    """The rule on one decode forward's logits (W, V) over window [lo, end of `block`); applies it to run.x."""
     cfg, B = run.cfg, run.cfg.block_length
     a0, hi = block * B, (block + 1) * B
     with torch.inference_mode():
         current = run.x[0, lo:hi].clone()  # (W,)
-        logits = run.forward(lo, hi, groups_hi=lo // B)  # (W, V)
         x0, p = sample_tokens(logits, cfg.temperature, cfg.top_k, cfg.top_p, run.generator)  # (W,), (W,)
         if not bool(torch.isfinite(p).all()):
             raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
@@ -130,8 +142,8 @@ def _step(run: _Run, block: int, lo: int, block_step: int) -> StepRecord:
                       guesses=new, confidence=conf, seconds=run.seconds())
 
 
-def _decode_block(run: _Run, block: int) -> Iterator[StepRecord]:
-    """The official per-block loop; yields each forward's record."""
+def _decode_block(run: _Run, block: int) -> Loop:
+    """The official per-block loop; asks for each forward and yields its record."""
     cfg, B = run.cfg, run.cfg.block_length
     lo = max(run.first, block - cfg.mbe_window) * B if cfg.mbe else block * B
     yield from _fill_cache(run, lo, "prefill" if run.decode_forwards == 0 else "refresh", block)
@@ -142,7 +154,8 @@ def _decode_block(run: _Run, block: int) -> Iterator[StepRecord]:
         if post > cfg.max_post_steps:
             break
         block_step += 1
-        record = _step(run, block, lo, block_step)
+        logits = yield Forward(lo, (block + 1) * B, lo // B)
+        record = _step(run, block, lo, block_step, logits)
         yield record
         if record.phase == "verify" and not record.edits and not record.mbe_edits:
             saw_final = True
@@ -156,24 +169,27 @@ def _eos_stop(run: _Run, block: int) -> bool:
     return bool(run.cfg.eos_early_stop and not (gen == run.mask_id).any() and (gen == run.eos_id).any())
 
 
-def _records(run: _Run) -> Iterator[StepRecord]:
+def loop(run: _Run) -> Loop:
+    """The decode loop of one row: yields a `Forward` (answered with its logits) or a `StepRecord`."""
     for block in range(run.first, run.n_blocks):
-        for record in _decode_block(run, block):
-            yield record
-            run.resumed = time.perf_counter()
+        yield from _decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):
             break
 
 
 def decode(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int,
            eos_id: int, forward: str = "auto") -> Iterator[StepRecord]:
-    """Check the inputs now, then return the generator of the run's records (decode and cache forwards)."""
-    check_prompt(model, prompt_ids, cfg, mask_id, eos_id)
-    resolve_forward(forward, model, cfg)
-    prompt = [int(t) for t in prompt_ids]
+    """Check the inputs now, then return the generator of the run's records (decode and cache forwards).
+
+    A batch of one: the loop of `llada.batch.BatchDecoder`, which shares forwards between rows."""
+    from .batch import BatchDecoder
+
+    batch = BatchDecoder(model, mask_id, eos_id, max_batch=1, forward=forward)
+    batch.add(prompt_ids, cfg)
 
     def run() -> Iterator[StepRecord]:
-        yield from _records(_Run(model, prompt, cfg, mask_id, eos_id, forward))
+        for _, record in batch:
+            yield record
 
     return run()
 

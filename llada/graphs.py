@@ -19,9 +19,11 @@ On CUDA, the first call at a length runs eagerly on a side stream (the warm-up: 
 cuBLAS picks its kernels) while `count_launches` watches it for host synchronisations; a forward
 that has none is recorded into a graph on its second call and replayed afterwards (one graph and
 memory pool per length, per run). `graph_ready(model)` tells beforehand whether a model can be
-graphed: its routed experts must run on the Triton kernels (`quantize_model_fp8` on CUDA); the bf16
-reference experts read their counts on the host, so the decode loop keeps such a model on its
-dynamic path. `capture=False` runs the same static forward eagerly on any device: the CPU tests
+graphed: its routed experts must run on the Triton kernels (the fast engine of `llada.engine`: bf16
+`FusedExperts` or FP8 experts on Triton); the reference experts read their counts on the host, so
+the decode loop keeps such a model on its dynamic path. What counts as a host sync (`.item()`,
+`.tolist()`, `.cpu()`, `.to("cpu")`, `nonzero`, boolean-mask indexing, ...) is listed in
+`llada.kernels.launch`; it is seen on a CPU run as well. `capture=False` runs the same static forward eagerly on any device: the CPU tests
 check it against the dynamic one.
 """
 

@@ -14,15 +14,85 @@ E experts, K experts per token, I expert width.
 
 Because a finished block never sees later ones, its keys/values never change: `KVCache` keeps them
 so that a decode step only runs the active window.
+
+`forward_rows` runs several sequences (rows) in one forward, each with its own window, positions,
+attention mask and KV cache. It is *row-exact*: a row's logits are bit for bit those it gets alone.
+Token-wise work runs on all rows' tokens at once, padded to whole tiles of `TILE` tokens, and every
+matrix product runs as a batched product of `TILE`-row tiles (`tiled_linear`): a BLAS picks its
+kernel, and so the order of its sums, by the number of rows, so one plain product over all rows
+would round a row differently than its own. Attention runs per row with the shapes of a lone run.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+
+TILE = 16  # rows per matrix-product tile of the row-exact path
+_ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
+
+
+@contextlib.contextmanager
+def row_exact():
+    """Inside: every matrix product of the model's own modules runs in tiles (`tiled_linear`)."""
+    token = _ROW_EXACT.set(True)
+    try:
+        yield
+    finally:
+        _ROW_EXACT.reset(token)
+
+
+def tiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (N, K) @ weight (O, K)^T in tiles (`tiled_matmul`) -> (N, O)."""
+    out = tiled_matmul(x, transposed(weight))
+    return out if bias is None else out + bias
+
+
+def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+    """x (N, K) @ w_t (K, O) as one batched product of (TILE, K) tiles, at least two -> (N, O).
+
+    Each tile is one product of fixed shape, so a row's result depends on that row alone (one tile
+    would let a threaded BLAS split the product itself, differently from a batch of tiles)."""
+    n, k = x.shape
+    tiles = max(2, -(-n // TILE))
+    if tiles * TILE > n:
+        x = torch.cat([x, x.new_zeros(tiles * TILE - n, k)])
+    out = torch.bmm(x.view(tiles, TILE, k), w_t.expand(tiles, *w_t.shape))  # (tiles, TILE, O)
+    return out.view(tiles * TILE, -1)[:n]
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    """weight with its last two dims swapped; on the CPU a contiguous copy kept with the weight until it
+    changes (MKL's batched product is 2-4x faster with a row-major right-hand side)."""
+    if weight.device.type != "cpu":
+        return weight.transpose(-1, -2)
+    if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
+        return weight.transpose(-1, -2).contiguous()
+    stamp = (weight._version, weight.data_ptr(), weight.dtype, tuple(weight.shape))
+    kept = getattr(weight, "_llada_transposed", None)
+    if kept is None or kept[0] != stamp:
+        kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
+        weight._llada_transposed = kept
+    return kept[1]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O))."""
+    if not _ROW_EXACT.get():
+        return F.linear(x, weight, bias)
+    return tiled_linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """module(x); an nn.Linear goes through `linear` (other modules, e.g. FP8 ones, run as they are)."""
+    return linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
 
 
 class RMSNorm(nn.Module):
@@ -112,18 +182,43 @@ class Attention(nn.Module):
         self.key_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.use_qk_norm else nn.Identity()
         self.dense = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=cfg.use_bias)
 
-    def forward(self, x, cos, sin, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
+    def qkv(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, H) -> q (B, nH, T, D), k, v (B, nKV, T, D): projected, QK-normed, rotated."""
         B, T, _ = x.shape
-        qkv = self.query_key_value(x).view(B, T, self.n_head + 2 * self.n_kv, self.head_dim)
+        qkv = project(self.query_key_value, x).view(B, T, self.n_head + 2 * self.n_kv, self.head_dim)
         q, k, v = qkv.split([self.n_head, self.n_kv, self.n_kv], dim=2)
         q = apply_rope(self.query_layernorm(q).transpose(1, 2), cos, sin)  # (B, nH, T, D)
         k = apply_rope(self.key_layernorm(k).transpose(1, 2), cos, sin)  # (B, nKV, T, D)
-        v = v.transpose(1, 2)  # (B, nKV, T, D)
+        return q, k, v.transpose(1, 2)
+
+    def attend(self, q, k, v, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
+        """Attention of q (B, nH, T, D) over the cache's keys and k, v (B, nKV, T, D) -> (B, nH, T, D)."""
         if cache is not None:
             k, v = cache.write(layer, start, k, v)  # (B, nKV, S, D)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
-                                             enable_gqa=self.n_head != self.n_kv)  # (B, nH, T, D)
-        return self.dense(out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
+                                              enable_gqa=self.n_head != self.n_kv)
+
+    def forward(self, x, cos, sin, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
+        B, T, _ = x.shape
+        out = self.attend(*self.qkv(x, cos, sin), mask, cache, layer, start)  # (B, nH, T, D)
+        return project(self.dense, out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+    def forward_rows(self, x, cos, sin, rows: list["Row"], layer: int):
+        """x (1, N, H): the rows' tokens one after another (then padding) -> (1, N, H).
+
+        The projections run over all N tokens; attention runs row by row, each with its own mask and
+        cache and with contiguous inputs shaped as in a lone forward (padding tokens attend nothing)."""
+        N = x.shape[1]
+        q, k, v = self.qkv(x, cos, sin)
+        outs, at = [], 0
+        for row in rows:
+            T = row.ids.shape[0]
+            part = [t[:, :, at:at + T].contiguous() for t in (q, k, v)]
+            outs.append(self.attend(*part, row.mask, row.cache, layer, row.start)[0].transpose(0, 1))  # (T, nH, D)
+            at += T
+        outs.append(q.new_zeros(N - at, self.n_head, self.head_dim))
+        out = torch.cat(outs).reshape(1, N, self.n_head * self.head_dim)
+        return project(self.dense, out)
 
 
 class SwiGLU(nn.Module):
@@ -134,7 +229,7 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return project(self.down_proj, F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
 
 
 class Router(nn.Module):
@@ -150,7 +245,7 @@ class Router(nn.Module):
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h (T, H) -> expert ids (T, K) and combine weights (T, K) fp32."""
-        scores = torch.sigmoid(F.linear(h.float(), self.weight.float()))  # (T, E)
+        scores = torch.sigmoid(linear(h.float(), self.weight.float()))  # (T, E)
         biased = scores if self.expert_bias is None else scores + self.expert_bias.float()
         T, E = biased.shape
         grouped = biased.view(T, self.n_group, E // self.n_group)
@@ -184,12 +279,17 @@ class Experts(nn.Module):
         outs, begin = [], 0
         for e, n in enumerate(counts):
             if n:
-                gate, up = F.linear(xs[begin:begin + n], self.w13[e]).chunk(2, dim=-1)  # (n, I) each
-                outs.append(F.linear(F.silu(gate) * up, self.w2[e]))  # (n, H)
+                gate, up = self._product(xs[begin:begin + n], self.w13, e).chunk(2, dim=-1)  # (n, I) each
+                outs.append(self._product(F.silu(gate) * up, self.w2, e))  # (n, H)
                 begin += n
         ys = torch.empty_like(xs)
         ys[order] = torch.cat(outs)  # back to (token, k) order
         return (ys.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
+
+    @staticmethod
+    def _product(x: torch.Tensor, w: torch.Tensor, e: int) -> torch.Tensor:
+        """x (n, in) @ w[e]^T for stacked weights w (E, out, in); in tiles on the row-exact path."""
+        return tiled_matmul(x, transposed(w)[e]) if _ROW_EXACT.get() else F.linear(x, w[e])
 
 
 class MoE(nn.Module):
@@ -220,6 +320,20 @@ class Layer(nn.Module):
     def forward(self, x, cos, sin, mask, cache, start):
         x = x + self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_rows(self, x, cos, sin, rows: list["Row"]):
+        x = x + self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Row(NamedTuple):
+    """One sequence of a row-batched forward (`LLaDA2MoE.forward_rows`)."""
+
+    ids: torch.Tensor  # (T,) long: the tokens of this call, at absolute positions start..start+T-1
+    start: int = 0
+    mask: torch.Tensor | None = None  # bool (T, S) as for `forward`; None = all visible
+    cache: KVCache | None = None  # this row's own cache (keys [0, start) read, [start, start+T) written)
+    logits: bool = True  # False: only the cache is wanted (no lm_head for this row)
 
 
 class LLaDA2MoE(nn.Module):
@@ -288,4 +402,33 @@ class LLaDA2MoE(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache, start)
         x = self.norm(x)
-        return x if hidden_only else self.lm_head(x).float()
+        return x if hidden_only else project(self.lm_head, x).float()
+
+    def forward_rows(self, rows: list[Row]) -> list[torch.Tensor | None]:
+        """Several sequences in one forward -> per row fp32 logits (T, V), or None where not wanted.
+
+        Row-exact (module docstring): each row's logits and cache writes are bit for bit those of
+        `forward_rows([row])`. All rows' tokens run together, padded to whole tiles."""
+        sizes = [row.ids.shape[0] for row in rows]
+        n = sum(sizes)
+        pad = -(-n // TILE) * TILE - n
+        device = self.device
+        ids = torch.cat([row.ids for row in rows] + [torch.zeros(pad, dtype=torch.long, device=device)])
+        positions = torch.cat([row.start + torch.arange(T, device=device) for row, T in zip(rows, sizes)]
+                              + [torch.zeros(pad, dtype=torch.long, device=device)])
+        cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)  # (N, rotary_dim)
+        with row_exact():
+            x = self.word_embeddings(ids)[None]  # (1, N, H)
+            for layer in self.layers:
+                x = layer.forward_rows(x, cos, sin, rows)
+            x = self.norm(x)[0]  # (N, H)
+            ends = torch.tensor(sizes).cumsum(0).tolist()
+            wanted = [(end - T, end) for row, T, end in zip(rows, sizes, ends) if row.logits]
+            if not wanted:
+                return [None] * len(rows)
+            logits = project(self.lm_head, torch.cat([x[a:b] for a, b in wanted])).float()  # (sum T, V)
+        out, at = [], 0
+        for row, T in zip(rows, sizes):
+            out.append(logits[at:at + T] if row.logits else None)
+            at += T if row.logits else 0
+        return out

@@ -6,6 +6,11 @@
     for record in trace.follow(pipe.stream(ids, trace.settings)):   # one StepRecord per forward
         ...
     trace = pipe.generate(ids, pipe.config("Q", mbe=True))           # the finished Trace
+    traces = pipe.generate_batch([ids, other], [pipe.config("S"), pipe.config("Q")])  # rows share forwards
+    for row, record in pipe.stream_batch([ids, other], pipe.config("S")):            # (row, StepRecord)
+        ...
+
+A batch runs its rows together (`llada.batch`): every row's trace is the one it gets alone.
 
 Modes come from `llada.presets`: the official table, overridden by the model's own presets.json;
 a named mode sets the settings it names and explicit settings override them (`config`).
@@ -29,7 +34,9 @@ import torch
 
 from .checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
+from .batch import check_configs, decode_batch, generate_batch
 from .decode import decode, generate
+from .engine import EngineReport, use_engine
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
 from .tokenizer import Tokenizer, load_tokenizer
@@ -53,14 +60,16 @@ class Pipeline:
     presets: dict[str, dict] = field(default_factory=lambda: merged({}))
     name: str = "model"
     path: Path | None = None
+    engine: EngineReport | None = None  # which MoE engine runs and why (`llada.engine`)
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
-             progress: bool = False) -> "Pipeline":
+             progress: bool = False, engine: str = "auto") -> "Pipeline":
         """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.memory`).
 
-        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears)."""
+        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears).
+        engine: "auto", "fast" or "reference" (`llada.engine.use_engine`; its report is `pipe.engine`)."""
         root = Path(path)
         _, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
@@ -74,7 +83,10 @@ class Pipeline:
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
-        return cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
+        report = use_engine(model, engine)
+        pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
+        pipe.engine = report
+        return pipe
 
     def config(self, mode: str = "S", **explicit) -> DecodeConfig:
         """Decode settings of a mode of this model (S, Q, M2T, or its own), explicit settings on top."""
@@ -118,6 +130,24 @@ class Pipeline:
                          self.new_trace(prompt_ids, cfg, prompt, mode))
         trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
         return trace
+
+    def stream_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
+                     max_batch: int | None = None) -> Iterator[tuple[int, StepRecord]]:
+        """(row, record) of every forward of every row, the rows sharing forwards (`max_batch` at once);
+        bad settings or a prompt that does not fit raise here."""
+        return decode_batch(self.model, prompts, configs, self.mask_id, self.eos_id, max_batch)
+
+    def generate_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
+                       max_batch: int | None = None, texts: list[str] | None = None,
+                       modes: list[str] | None = None) -> list[Trace]:
+        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives."""
+        configs = check_configs(prompts, configs)
+        texts, modes = texts or [""] * len(prompts), modes or [""] * len(prompts)
+        traces = [self.new_trace(ids, cfg, text, mode) for ids, cfg, text, mode in zip(prompts, configs, texts, modes)]
+        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch)
+        for trace in traces:
+            trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
+        return traces
 
 
 def special_id(kind: str, given: int | None, root: Path, raw: dict, tokenizer: Tokenizer | None, vocab: int) -> int:

@@ -4,7 +4,7 @@
 module with w13 (E, 2I, H) and w2 (E, H, I)) by an `FP8Experts` holding float8_e4m3fn weights and
 one fp32 scale per 128x128 tile, quantized once here. On the Triton kernels the router
 `layer.mlp.gate` becomes a `FusedRouter` too (same weights, two kernels instead of ~15 ATen ops), so
-one MoE layer is seven launches with no host sync: a CUDA graph can hold it. With `dense=True` the
+one MoE layer is eight launches with no host sync: a CUDA graph can hold it. With `dense=True` the
 dense linears of the layers (attention projections, dense SwiGLU, shared experts) become
 `FP8Linear`; the embeddings / lm_head stay as they are. Forward contracts do not change, so the
 decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA,
@@ -101,7 +101,8 @@ class FusedRouter(Router):
     @staticmethod
     def supports(router: nn.Module) -> bool:
         """Only a plain Router whose settings the kernel implements (a newer setting keeps the reference)."""
-        return type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
+        return (type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
+                and router.expert_bias is not None)  # the kernel adds a bias (E,): a router without one keeps torch
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32."""

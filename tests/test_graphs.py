@@ -106,6 +106,42 @@ def test_reference_forward_is_seen_to_sync(ref_model):
     assert "bincount" in count.syncs
 
 
+@pytest.mark.skipif(not kernels.triton_available(), reason="the fast engine needs the Triton kernels")
+@pytest.mark.parametrize("weights", ["bf16", "fp8"])
+def test_fast_engine_forward_has_no_host_sync(fixture_dir, weights):
+    """The whole static forward on the fast engine, watched on CPU: nothing a CUDA graph could not hold."""
+    from llada.engine import use_engine
+    from llada.quantize import quantize_model_fp8
+
+    model = load_model(fixture_dir).to("cuda" if torch.cuda.is_available() else "cpu")
+    if weights == "fp8":
+        quantize_model_fp8(model, impl="triton")
+    use_engine(model, "fast", check=False)
+    assert graph_ready(model)
+    cache = model.new_cache(8)
+    ids = torch.zeros(1, 4, dtype=torch.long, device=model.device)
+    with torch.inference_mode(), count_launches() as count:
+        StepGraphs(model, cache, 4, capture=False)(ids, 0, 4, 0)
+    assert count.syncs == [] and count.triton
+
+
+@pytest.mark.parametrize("op, name", [(lambda t: t.tolist(), "tolist"), (lambda t: t.cpu(), "cpu"),
+                                      (lambda t: t.to("cpu"), "to(cpu)"), (lambda t: t.flatten()[0].item(), "item"),
+                                      (lambda t: t.nonzero(), "nonzero"), (lambda t: t[t > 0], "index[bool mask]")])
+def test_a_host_sync_inside_the_forward_is_seen(ref_model, op, name):
+    """Any of these in a layer's forward keeps the loop off CUDA graphs; each is seen on a CPU run too."""
+    def sync(module, inputs, out):
+        op(out)  # the hook returns None: the forward's output is unchanged
+
+    hook = ref_model.layers[0].attention.register_forward_hook(sync)
+    try:
+        with torch.inference_mode(), count_launches() as count:
+            StepGraphs(ref_model, ref_model.new_cache(8), 4, capture=False)(torch.zeros(1, 4, dtype=torch.long), 0, 4, 0)
+    finally:
+        hook.remove()
+    assert name in count.syncs
+
+
 @needs_cuda
 @pytest.mark.skipif(not kernels.triton_available(), reason="the graph path needs the Triton kernels")
 def test_graph_path_matches_static_path_on_cuda(fixture_dir, golden):

@@ -1,11 +1,15 @@
-"""Tile configurations: what the starting table picks, what it refuses, and that a tuned table wins."""
+"""Tile configurations: what the starting table picks, what it refuses, that a tuned table wins, that every
+choice fits the device's shared memory before it compiles, and that the tuner skips what does not fit."""
 
 import json
 
 import pytest
+import torch
 
+from llada import kernels
 from llada.kernels import configs
 from llada.kernels.configs import MoEConfig
+from llada.kernels.devices import KNOWN, DeviceSpec
 
 MINI = dict(top_k=8, experts=256, inner=512, hidden=2048)  # LLaDA2.1-mini's routed experts
 
@@ -42,14 +46,75 @@ def test_expected_touched_experts_matches_the_roofline_estimate():
 
 
 def test_a_tuned_table_for_this_gpu_wins(tmp_path, monkeypatch):
-    tuned = MoEConfig(block_m=32, up_n=128, up_split_k=2, up_warps=8, down_n=128)
+    tuned = MoEConfig(block_m=32, up_n=128, up_split_k=2, up_warps=8, down_n=128, up_stages=3, down_stages=3)
     key = configs.shape_key(2048, 512, 256, 8)
     table = {"device": "NVIDIA H200", "shapes": {key: [{"tokens": 32, "config": tuned.to_dict(), "gemm_ms": 0.1}]}}
     (tmp_path / "nvidia-h200.json").write_text(json.dumps(table))
     monkeypatch.setattr(configs, "TUNED_DIR", tmp_path)
     configs.load_tuned.cache_clear()
-    assert configs.choose_config(32, 2048, 512, 256, 8, "NVIDIA H200") == tuned
-    assert configs.choose_config(8, 2048, 512, 256, 8, "NVIDIA H200") == tuned  # nearest measured M above
-    assert configs.choose_config(32, 2048, 512, 256, 8, "NVIDIA H100 80GB HBM3") == configs.default_config(32, **MINI)
-    assert configs.choose_config(32, 96, 40, 6, 2, "NVIDIA H200") == configs.default_config(32, 2, 6, 40, 96)
+    h200, h100 = DeviceSpec("NVIDIA H200", 90, 132, 232_448), KNOWN[90]
+    assert configs.choose_config(32, 2048, 512, 256, 8, h200) == tuned
+    assert configs.choose_config(8, 2048, 512, 256, 8, h200) == tuned  # nearest measured M above
+    assert configs.choose_config(32, 2048, 512, 256, 8, h100) == configs.default_config(32, **MINI)
+    assert configs.choose_config(32, 96, 40, 6, 2, h200) == configs.default_config(32, 2, 6, 40, 96)
+    small = DeviceSpec("NVIDIA H200", 90, 132, 99_000)  # the same table on a smaller block: fitted, not taken as is
+    assert configs.choose_config(32, 2048, 512, 256, 8, small) == MoEConfig(**{**tuned.to_dict(), "up_stages": 2,
+                                                                                "down_stages": 2})
     configs.load_tuned.cache_clear()
+
+
+MS = (1, 8, 32, 128, 512, 2048)
+
+
+@pytest.mark.parametrize("arch", sorted(KNOWN))
+@pytest.mark.parametrize("fp8", [True, False])
+def test_every_chosen_configuration_fits_the_device(arch, fp8):
+    spec = KNOWN[arch]
+    if fp8 and not spec.fp8:
+        with pytest.raises(ValueError, match="compute capability 8.9"):
+            configs.choose_config(1, 2048, 512, 256, 8, spec, fp8=True)
+        return
+    for M in MS:
+        cfg = configs.choose_config(M, 2048, 512, 256, 8, spec, fp8=fp8)
+        assert max(configs.smem_bytes(cfg, fp8, arch).values()) <= spec.smem, (arch, M, cfg)
+
+
+def test_fitting_drops_stages_then_narrows_tiles():
+    wide = MoEConfig(block_m=16, up_n=128, down_n=128, up_stages=4, down_stages=4)  # up: 34 KB per FP8 stage
+    assert configs.smem_bytes(wide, True, 89)["_up_kernel"] > KNOWN[89].smem  # 3 copies x 34 KB
+    fitted = configs.fit_config(wide, KNOWN[89])
+    assert (fitted.up_n, fitted.up_stages) == (128, 3) and configs.fits(fitted, KNOWN[89])
+    assert configs.fit_config(wide, KNOWN[90]) == wide  # fits Hopper's 227 KB as it is
+    bf16 = configs.fit_config(wide, DeviceSpec("tiny", 90, 58, 80_000), fp8=False)  # 2 bytes per element
+    assert bf16.up_n == 64 and configs.fits(bf16, DeviceSpec("tiny", 90, 58, 80_000), fp8=False)
+    with pytest.raises(ValueError, match="no tile configuration"):
+        configs.fit_config(wide, DeviceSpec("tiny", 90, 1, 10_000))
+
+
+def test_half_of_the_candidates_exceed_a_99_kb_block_and_the_estimate_says_so():
+    over = [c for c in configs.candidates() if not configs.fits(c, KNOWN[89])]
+    assert over and len(over) < len(configs.candidates())
+    assert all(configs.fits(c, KNOWN[90]) or c.block_m == 64 for c in configs.candidates())
+
+
+@pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreted tuner is the CPU stand-in")
+def test_tuner_skips_what_does_not_fit_or_fails_and_never_stops(monkeypatch):
+    from llada.bench import kernels as bench
+
+    shape = bench.SHAPES["smoke"]
+    layer = bench.build(shape, torch.device("cpu"), torch.float32, "triton")
+    small = DeviceSpec("small", 90, 132, 70_000)  # 16 x 64 tiles: 3 stages fit (57 KB), 4 do not (76 KB)
+    real_plan = bench.fp8_plan
+
+    def failing_plan(x, layer, shape, config=None):  # one candidate fails as a compile error would
+        if config is not None and config.up_warps == 8:
+            raise RuntimeError("PTX compile failed (planted)")
+        return real_plan(x, layer, shape, config)
+
+    monkeypatch.setattr(bench, "fp8_plan", failing_plan)
+    row = bench.tune_tokens(1, layer, shape, iters=1, limit=3, spec=small)  # 4x3 (runs), 4x4, 8x3 warps x stages
+    reasons = [s["reason"] for s in row["skipped"]]
+    assert any("shared memory" in r for r in reasons) and any("planted" in r for r in reasons)
+    assert row["candidates"] and all(configs.fits(MoEConfig(**c["config"]), small) for c in row["candidates"])
+    assert len(row["candidates"]) == 1 and len(row["skipped"]) == 2

@@ -17,8 +17,8 @@ from llada.quantize import FP8Experts, FusedRouter
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-ROUTED_LAUNCHES = ["_logits_kernel", "_topk_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_down_kernel",
-                   "_ksum_kernel"]  # router logits, top-k, sort by expert, quantize x, gate/up, down, k-sum
+ROUTED_LAUNCHES = ["_logits_kernel", "_topk_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_silu_kernel",
+                   "_down_kernel", "_ksum_kernel"]  # router, top-k, sort, quantize x, gate/up, SiLU·mul + FP8, down, k-sum
 
 
 def moe_layer(fused: bool) -> MoE:
@@ -42,7 +42,7 @@ def routed(moe: MoE, h: torch.Tensor) -> torch.Tensor:
 
 
 @needs_triton
-def test_routed_moe_is_seven_kernels_and_no_sync():
+def test_routed_moe_is_eight_kernels_and_no_sync():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
     with torch.no_grad(), count_launches() as count:
         routed(moe, h)
@@ -57,7 +57,7 @@ def test_whole_moe_layer_adds_only_the_shared_expert():
         moe(h)
     assert count.triton == ROUTED_LAUNCHES
     assert sorted(count.aten) == ["add", "mm", "mm", "mm", "mul", "silu"]  # shared SwiGLU, then routed + shared
-    assert count.total == 13 and count.syncs == []
+    assert count.total == 14 and count.syncs == []
 
 
 def test_reference_layer_syncs_and_launches_many():
@@ -66,6 +66,52 @@ def test_reference_layer_syncs_and_launches_many():
         moe(h)
     assert count.triton == [] and "bincount" in count.syncs  # the loop over experts needs their counts on the host
     assert len(count.aten) > 3 * 13  # 3 GEMM-ish ops per touched expert (6 here) on top of ~20 for routing
+
+
+@needs_triton
+def test_bf16_routed_moe_is_seven_kernels_and_no_sync():
+    from llada.engine import FusedExperts
+
+    moe, h = moe_layer(fused=False), torch.randn(7, 96, device=DEVICE)
+    moe.experts, moe.gate = FusedExperts(moe.experts), FusedRouter(moe.gate)
+    with torch.no_grad(), count_launches() as count:
+        routed(moe, h)
+    assert count.triton == [n for n in ROUTED_LAUNCHES if n != "_act_kernel"]  # nothing to quantize
+    assert count.aten == [] and count.syncs == []
+
+
+SYNCS = {  # what a forward must not do inside a CUDA graph, and the name the counter gives it
+    "item": (lambda x: x[0].item(), "item"),
+    "tolist": (lambda x: x.tolist(), "tolist"),
+    "cpu": (lambda x: x.cpu(), "cpu"),
+    "to_cpu": (lambda x: x.to("cpu"), "to(cpu)"),
+    "to_cpu_keyword": (lambda x: x.to(device=torch.device("cpu"), dtype=torch.float64), "to(cpu)"),
+    "numpy": (lambda x: x.numpy(), "numpy"),
+    "python_branch": (lambda x: 1 if x[0] > 0 else 0, "bool"),
+    "int": (lambda x: int(x[1]), "int"),
+    "nonzero": (lambda x: x.nonzero(), "nonzero"),
+    "unique": (lambda x: x.unique(), "_unique2"),
+    "bool_mask_read": (lambda x: x[x > 0], "index[bool mask]"),
+    "bool_mask_write": (lambda x: x.__setitem__(x > 0, 0.0), "index_put_[bool mask]"),
+    "bincount": (lambda x: torch.bincount(x.abs().long()), "bincount"),
+}
+
+
+@pytest.mark.parametrize("name", list(SYNCS))
+def test_every_host_sync_is_seen_even_on_cpu(name):
+    op, expected = SYNCS[name]
+    x = torch.randn(6)
+    with count_launches() as count:
+        op(x)
+    assert expected in count.syncs, (count.aten, count.syncs)
+    assert expected not in count.aten
+
+
+def test_device_side_ops_are_not_syncs():
+    x = torch.randn(6)
+    with count_launches() as count:
+        x.to(torch.float64), x[torch.tensor([1, 2])], torch.where(x > 0, x, -x), x.sum()
+    assert count.syncs == [] and count.aten == ["_to_copy", "index", "gt", "neg", "where", "sum"]
 
 
 def test_counter_ignores_views_and_counts_launch_records():
@@ -79,7 +125,7 @@ def test_counter_ignores_views_and_counts_launch_records():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA profiler counts device kernels on a GPU")
 @needs_triton
-def test_profiler_sees_the_same_seven_kernels():
+def test_profiler_sees_the_same_eight_kernels():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
     with torch.no_grad():
         routed(moe, h)  # compile first

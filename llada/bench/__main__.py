@@ -1,4 +1,4 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, kernels, forward, load)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, kernels, forward, load, gpu-check)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ import importlib
 import sys
 
 BENCHES = {"decode": "decode speed with the KV cache on and off",
+           "batch": "batched decoding: aggregate tokens/s and row latency per batch size",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
            "forward": "one LLaDA2.1-mini-shaped forward",
-           "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed"}
+           "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
+           "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured"}
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHES:
         print("usage: python -m llada.bench {" + ",".join(BENCHES) + "} [options]\n", file=sys.stderr)
         for name, what in BENCHES.items():
-            print(f"  {name:8s} {what}", file=sys.stderr)
+            print(f"  {name:9s} {what}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"llada.bench.{argv[0]}")
+    module = importlib.import_module(f"llada.bench.{argv[0].replace('-', '_')}")
     return module.main(argv[1:])
 
 

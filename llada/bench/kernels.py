@@ -84,13 +84,13 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 
 
 def fp8_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's 7 launches and its 2 GEMM launches (Triton kernels)."""
+    """The output buffer, the layer's 8 launches and its GEMM launches (gate/up, SiLU·mul, down)."""
     from ..kernels import fused_moe, router
 
     ids, weights, routing = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
                                               shape["topk_group"], ROUTED_SCALE)
     out, moe = fused_moe.plan_fused_moe(x, *layer.fp8, ids, weights, config)
-    gemm = [launch for launch in moe if launch.name in ("_up_kernel", "_down_kernel")]
+    gemm = [launch for launch in moe if launch.name in ("_up_kernel", "_silu_kernel", "_down_kernel")]
     return out, routing + moe, gemm
 
 
@@ -131,7 +131,7 @@ def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> di
         out, launches, gemm = fp8_plan(x, layer, shape)
         run(launches)  # fills the routing and quantized buffers the GEMM-only timing reads
         row["config"] = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"],
-                                              _gpu(device)).to_dict()
+                                              _spec(device)).to_dict()
         row["layer_ms"] = time_ms(graphed(lambda: run(launches), device), device, iters)
         row["gemm_ms"] = time_ms(graphed(lambda: run(gemm), device), device, iters)
     else:  # the PyTorch reference kernels: no launch lists, so no GEMM-only time
@@ -164,26 +164,46 @@ def add_bandwidth(row: dict, copy: float) -> dict:
     return row
 
 
-def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None) -> dict:
-    """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times)."""
+def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None, spec=None) -> dict:
+    """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times).
+
+    A candidate that does not fit the device's shared memory (`configs.fits`) is skipped before it
+    compiles; one that fails to compile, to launch or to agree with the default is skipped with the
+    reason: the tuner never stops on a configuration."""
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
-    default = configs.default_config(M, shape["top_k"], shape["experts"], shape["inner"], shape["hidden"])
+    default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec)
     expected, launches, _ = fp8_plan(x, layer, shape, default)
     run(launches)
-    timed = []
+    timed, skipped = [], []
     block_ms = tuple(sorted({default.block_m, min(64, 2 * default.block_m)}))  # taller tiles only pad more
     for cfg in configs.candidates(block_ms)[:limit]:
+        reason = _try_candidate(cfg, x, layer, shape, expected, spec, iters, timed)
+        if reason:
+            skipped.append({"config": cfg.to_dict(), "reason": reason})
+            print(f"[tune] M={M} skipped {cfg}: {reason}", file=sys.stderr)
+    best = min(timed, key=lambda r: r["gemm_ms"])
+    return {"tokens": M, "config": best["config"], "gemm_ms": best["gemm_ms"], "candidates": timed,
+            "skipped": skipped}
+
+
+def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int, timed: list) -> str | None:
+    """Time one candidate into `timed`; the reason it was skipped, or None."""
+    if not configs.fits(cfg, spec):
+        need = max(configs.smem_bytes(cfg, True, spec.arch).values())
+        return f"needs ~{need} B of shared memory, the device has {spec.smem} B"
+    device = x.device
+    try:
         out, launches, gemm = fp8_plan(x, layer, shape, cfg)
         run(launches)
         error = rel_rmse(out, expected)
         if not error < 1e-2:  # same fp8 codes; only fp32 sum order differs between configurations
-            print(f"[tune] M={M} {cfg} disagrees with the default (rel. RMSE {error:.3g}): skipped", file=sys.stderr)
-            continue
+            return f"disagrees with the default configuration (rel. RMSE {error:.3g})"
         timed.append({"config": cfg.to_dict(), "gemm_ms": time_ms(graphed(lambda: run(gemm), device), device, iters)})
-        print(f"[tune] M={M:4d} {timed[-1]['gemm_ms']:.4f} ms  {cfg}", file=sys.stderr)
-    best = min(timed, key=lambda r: r["gemm_ms"])
-    return {"tokens": M, "config": best["config"], "gemm_ms": best["gemm_ms"], "candidates": timed}
+    except Exception as err:  # noqa: BLE001  (OutOfResources, a compile error, a launch failure)
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    print(f"[tune] M={x.shape[0]:4d} {timed[-1]['gemm_ms']:.4f} ms  {cfg}", file=sys.stderr)
+    return None
 
 
 def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str) -> None:
@@ -229,7 +249,7 @@ def main(argv: list[str]) -> int:
     info = device_info(device)
     layer = build(shape, device, dtype, impl)
     if args.tune:
-        rows = [tune_tokens(M, layer, shape, iters, args.tune_limit) for M in tokens]
+        rows = [tune_tokens(M, layer, shape, iters, args.tune_limit, _spec(device)) for M in tokens]
         path = Path(args.tune_out or configs.TUNED_DIR / f"{configs.device_slug(info.get('gpu', 'cpu'))}.json")
         write_tuned(path, shape, rows, info, "python -m llada.bench kernels " + " ".join(argv))
         print(f"[tune] wrote {path}", file=sys.stderr)
@@ -247,5 +267,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _gpu(device: torch.device) -> str | None:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+def _spec(device: torch.device):
+    from ..kernels.devices import spec_of
+
+    return spec_of(device) if device.type == "cuda" else None

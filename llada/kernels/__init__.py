@@ -3,17 +3,19 @@
     quantize_weight_fp8(w)        (..., N, K) -> fp8 codes + one fp32 scale per 128x128 tile
     quantize_act_fp8(x)           (M, K)      -> fp8 codes + one fp32 scale per token and 128 along K
     fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)   routed experts, (T, H) -> (T, H)
+    fused_moe_bf16(x, w13, w2, ids, weights)   the same grouped GEMMs on bf16 weights (sm80+, no FP8)
     fp8_linear(x, w, w_scale)     (..., K) @ w (N, K)^T -> (..., N)
     route(h, weight, bias, ...)   the MoE router, (T, H) -> ids (T, K), weights (T, K) (Triton only;
                                   its reference is `llada.model.Router`)
 
 Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
-`fp8.py` / `fused_moe.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
+`fp8.py` / `fused_moe.py` / `linear.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
 imported only when it is chosen, so this package imports without a GPU and without triton. The
 format and the kernels are explained in `fp8.py`, `routing.py`, `router.py` and `fused_moe.py`,
-the tile configurations in `configs.py`, the launch records in `launch.py`, the ahead-of-time
-Hopper compile in `sm90.py`. One MoE layer costs seven launches: router logits, top-k, sort by
-expert, activation quantization, gate/up GEMM, down GEMM, k-sum.
+the tile configurations in `configs.py` (fitted to the GPU of `devices.py`), the launch records in
+`launch.py`, the ahead-of-time compile for sm80 / sm89 / sm90 in `aot.py`. One FP8 MoE layer costs
+eight launches: router logits, top-k, sort by expert, activation quantization, gate/up GEMM,
+SiLU·mul + re-quantization, down GEMM, k-sum (bf16 weights: seven, nothing to quantize).
 """
 
 from __future__ import annotations
@@ -73,7 +75,13 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: str = "auto") -> torch.Tensor:
     """x (..., K) @ fp8 w (N, K)^T with tile scales -> (..., N) in x.dtype."""
-    return _module(impl, x, "fused_moe").fp8_linear(x, w, w_scale)
+    return _module(impl, x, "linear").fp8_linear(x, w, w_scale)
+
+
+def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+              impl: str = "auto") -> torch.Tensor:
+    """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere."""
+    return _module(impl, x, "fused_moe").fused_moe_bf16(x, w13, w2, ids, weights)
 
 
 def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
@@ -84,4 +92,4 @@ def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int,
 
 
 __all__ = ["IMPLS", "resolve_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
-           "fused_moe_fp8", "fp8_linear", "route", "reference"]
+           "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "reference"]

@@ -29,11 +29,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 H100_SMS = 132  # streaming multiprocessors on an H100 SXM; the default when no GPU is present
+GROUP_K = 128  # the K step of every GEMM (one FP8 scale group)
+SMEM_SLACK = 2048  # barriers and small vectors (scales) the pipeline stages beside the tiles
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,62 @@ def tuned_config(table: dict, tokens: int, key: str) -> MoEConfig | None:
     return MoEConfig(**row["config"])
 
 
-def choose_config(tokens: int, hidden: int, inner: int, experts: int, top_k: int,
-                  device_name: str | None = None, sms: int = H100_SMS) -> MoEConfig:
-    """The tuned entry for this GPU and shape when a table exists, else `default_config`."""
-    if device_name:
-        table = load_tuned(TUNED_DIR / f"{device_slug(device_name)}.json")
-        found = tuned_config(table, tokens, shape_key(hidden, inner, experts, top_k))
-        if found is not None:
-            return found
-    return default_config(tokens, top_k, experts, inner, hidden, sms)
+def smem_bytes(cfg: MoEConfig, fp8: bool = True, arch: int = 90) -> dict[str, int]:
+    """Shared memory each GEMM kernel of `cfg` needs, estimated *before* compiling, in bytes.
+
+    Triton's software pipeline keeps copies of every tile a K step loads for the tensor cores (the
+    gate/up kernel: the pairs' tile and two weight tiles; the down kernel: h and one weight tile),
+    128 wide, 1 byte per element in FP8 and 2 in bf16: `stages` copies on Hopper (wgmma reads its
+    operands from shared memory), `stages - 1` before it (`mma.sync` reads registers; the current
+    step's tile leaves shared memory first). The epilogue reuses that space to reorder the fp32
+    accumulators for the store. `tests/test_kernels_aot.py` checks the estimate against what the
+    compiler reports for every configuration the engine picks on sm80, sm89 and sm90: never below it,
+    at most 4 KB above."""
+    elt = 1 if fp8 else 2
+    up = max(pipeline_bytes(cfg.block_m + 2 * cfg.up_n, cfg.up_stages, elt, arch), 2 * cfg.block_m * cfg.up_n * 4)
+    down = max(pipeline_bytes(cfg.block_m + cfg.down_n, cfg.down_stages, elt, arch), cfg.block_m * cfg.down_n * 4)
+    return {"_up_kernel": up + SMEM_SLACK, "_down_kernel": down + SMEM_SLACK}
+
+
+def pipeline_bytes(rows: int, stages: int, elt: int, arch: int) -> int:
+    """Shared memory of the pipelined operand tiles: `rows` x 128 elements per stage (see smem_bytes)."""
+    copies = stages if arch >= 90 else max(stages - 1, 1)
+    return copies * rows * GROUP_K * elt
+
+
+def fits(cfg: MoEConfig, spec, fp8: bool = True) -> bool:
+    """Both GEMMs of `cfg` fit the device's shared memory (and FP8 is only asked of a GPU that has it)."""
+    if spec is None:  # the CPU interpreter: no shared-memory limit
+        return True
+    return (spec.fp8 or not fp8) and max(smem_bytes(cfg, fp8, spec.arch).values()) <= spec.smem
+
+
+def fit_config(cfg: MoEConfig, spec, fp8: bool = True) -> MoEConfig:
+    """`cfg` if it fits `spec`, else the nearest that does: fewer stages first, then narrower tiles."""
+    if spec is not None and fp8 and not spec.fp8:
+        raise ValueError(f"FP8 weights need a GPU of compute capability 8.9 or later; {spec.name} is "
+                         f"sm{spec.arch}: use bf16 weights there")
+    for n in dict.fromkeys((cfg.up_n, 64)):
+        for stages in range(max(cfg.up_stages, cfg.down_stages), 1, -1):
+            trial = replace(cfg, up_n=n, down_n=n, up_stages=min(stages, cfg.up_stages),
+                            down_stages=min(stages, cfg.down_stages))
+            if fits(trial, spec, fp8):
+                return trial
+    raise ValueError(f"no tile configuration near {cfg} fits {spec.smem} B of shared memory on {spec.name}")
+
+
+def choose_config(tokens: int, hidden: int, inner: int, experts: int, top_k: int, spec=None,
+                  fp8: bool = True) -> MoEConfig:
+    """The tuned entry for this GPU and shape when a table exists, else `default_config`; fitted to the
+    device (`spec`, a `llada.kernels.devices.DeviceSpec`; None on CPU) before anything compiles."""
+    found = None
+    if spec is not None:
+        table = load_tuned(TUNED_DIR / f"{device_slug(spec.name)}.json")
+        key = shape_key(hidden, inner, experts, top_k) + ("" if fp8 else "-bf16")
+        found = tuned_config(table, tokens, key)
+    sms = spec.sms if spec is not None else H100_SMS
+    cfg = found or default_config(tokens, top_k, experts, inner, hidden, sms)
+    if found is None and spec is not None and spec.arch < 90 and not cfg.swap_ab:
+        cfg = replace(cfg, up_n=64, down_n=64)  # mma.sync holds the 64 x 128 gate + up accumulators in
+        # registers and spills (sm89 compile): half-width tiles before Hopper
+    return fit_config(cfg, spec, fp8)

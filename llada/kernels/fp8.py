@@ -27,7 +27,7 @@ GEMM row that reads it comes out NaN, so a broken activation reaches the logits 
 into a plausible +-448 * s. (GPU `max` reductions drop NaNs, hence the explicit NaN flag.)
 
 Every launcher returns its outputs and the `Launch` list that fills them (`llada.kernels.launch`):
-`run` executes it, the sm90 compile check in `llada.kernels.sm90` compiles the same list.
+`run` executes it, the ahead-of-time compile in `llada.kernels.aot` compiles the same list.
 """
 
 from __future__ import annotations

@@ -101,6 +101,23 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
     return out.to(x.dtype)
 
 
+def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor,
+              weights: torch.Tensor) -> torch.Tensor:
+    """Routed experts with unquantized weights (the bf16 grouped GEMMs' contract): (T, H) -> (T, H).
+
+    Products in fp32, the intermediate h = silu(gate) * up rounded once to the weights' dtype (the
+    kernel stores it so), the weighted sum over the K experts in fp32, then x.dtype."""
+    T, H = x.shape
+    I = w2.shape[-1]
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    for e in ids.unique().tolist():
+        token, slot = (ids == e).nonzero(as_tuple=True)  # pairs routed to expert e
+        gate, up = (x[token].float() @ w13[e].float().T).split(I, dim=-1)  # (n, I) each
+        h = (F.silu(gate) * up).to(w2.dtype).float()  # (n, I)
+        out.index_add_(0, token, (h @ w2[e].float().T) * weights[token, slot, None].float())
+    return out.to(x.dtype)
+
+
 def padded_rows(num_pairs: int, num_experts: int, block_m: int) -> int:
     """Upper bound on rows after padding every non-empty expert run to a multiple of block_m."""
     worst = num_pairs + min(num_experts, num_pairs) * (block_m - 1)

@@ -1,0 +1,204 @@
+"""Which engine runs a model's MoE layers: the fused Triton kernels ("fast") or the PyTorch reference.
+
+    engine="reference"   `llada.model.Router` + `Experts` (a loop over experts, a host sync per layer),
+                         FP8 experts on `llada.kernels.reference`
+    engine="fast"        `FusedRouter` + the grouped-GEMM kernels: `FusedExperts` for bf16 weights (any
+                         CUDA GPU from sm80), `FP8Experts` on Triton for FP8 weights (sm89 / sm90)
+    engine="auto"        fast on CUDA when its self-check passes, the reference otherwise
+
+`use_engine(model, engine)` swaps the modules in place (the same Parameter objects: nothing is
+copied) and, for the fast engine, runs `self_check`: one MoE layer of *this* model at M = 1 and 32
+tokens through both paths, the experts compared on the same routing (relative RMSE), the routers on
+the experts they pick. A kernel that does not compile or load, or a mismatch, puts the reference back
+("auto") or raises `EngineError` ("fast" was asked for); the returned `EngineReport` says which engine
+runs and why, in one line. Without CUDA, "fast" runs the kernels under Triton's interpreter when
+TRITON_INTERPRET=1 was set before triton was imported, and is refused otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import kernels
+from .kernels.reference import rel_rmse
+from .model import Experts, LLaDA2MoE, Router
+from .quantize import FP8Experts, FusedRouter
+
+ENGINES = ("auto", "fast", "reference")
+CHECK_TOKENS = (1, 32)
+# fast vs reference experts on the same routing: identical products, fp32 sums in another order, and
+# one rounding of h (bf16 or e4m3) that the order can flip on a rare element; a wrong tile, mask or
+# scale is off by O(1)
+EXPERTS_TOLERANCE = 2e-2
+ROUTER_AGREEMENT = 0.95  # share of (token, expert) choices both routers make; near-ties may flip
+
+
+class EngineError(ValueError):
+    """The engine asked for cannot run here, or failed its self-check."""
+
+
+@dataclass
+class EngineReport:
+    requested: str
+    engine: str  # "fast" or "reference": what the model runs now
+    reason: str  # one line
+    checks: list[dict] = field(default_factory=list)  # per M: experts_rel_rmse, router_agreement, ok
+
+    @property
+    def fell_back(self) -> bool:
+        return self.requested != "reference" and self.engine == "reference" and bool(self.checks)
+
+    def line(self) -> str:
+        return f"engine: {self.engine} ({self.reason})"
+
+
+class FusedExperts(nn.Module):
+    """`Experts` on the bf16 grouped-GEMM kernels: same w13 (E, 2I, H) / w2 (E, H, I) Parameters."""
+
+    def __init__(self, experts: Experts):
+        super().__init__()
+        self.w13, self.w2 = experts.w13, experts.w2
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton")
+
+    def reference(self) -> Experts:
+        experts = Experts.__new__(Experts)
+        nn.Module.__init__(experts)
+        experts.w13, experts.w2 = self.w13, self.w2
+        return experts
+
+
+def fast_available(model: LLaDA2MoE) -> str | None:
+    """None when the fast engine can run this model here, else why not (one line)."""
+    if not kernels.triton_available():
+        return "the fast engine needs the triton package"
+    if model.device.type != "cuda":
+        import os
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            return (f"the fast engine runs on a CUDA GPU; this model is on {model.device} (Triton's CPU "
+                    "interpreter: set TRITON_INTERPRET=1 before starting)")
+        return None
+    from .kernels.devices import spec_of
+
+    spec = spec_of(model.device)
+    if spec.arch < 80:
+        return f"the fast engine needs compute capability 8.0 or later; {spec.name} is sm{spec.arch}"
+    if not spec.fp8 and any(isinstance(m, FP8Experts) for m in model.modules()):
+        return f"FP8 weights need compute capability 8.9 or later; {spec.name} is sm{spec.arch}: load in bf16"
+    return None
+
+
+def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
+    for layer in model.layers:
+        mlp = layer.mlp
+        if isinstance(getattr(mlp, "experts", None), Experts):
+            mlp.experts = FusedExperts(mlp.experts)
+        if isinstance(getattr(mlp, "experts", None), FP8Experts):
+            mlp.experts.impl = "triton"
+        if FusedRouter.supports(getattr(mlp, "gate", None)):
+            mlp.gate = FusedRouter(mlp.gate)
+    return model
+
+
+def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
+    for layer in model.layers:
+        mlp = layer.mlp
+        if isinstance(getattr(mlp, "experts", None), FusedExperts):
+            mlp.experts = mlp.experts.reference()
+        if isinstance(getattr(mlp, "experts", None), FP8Experts):
+            mlp.experts.impl = "torch"
+        if isinstance(getattr(mlp, "gate", None), FusedRouter):
+            mlp.gate = _plain_router(mlp.gate)
+    return model
+
+
+def _plain_router(fused: FusedRouter) -> Router:
+    router = Router.__new__(Router)
+    nn.Module.__init__(router)
+    router.weight = fused.weight
+    router.register_buffer("expert_bias", fused.expert_bias)
+    router.top_k, router.n_group, router.topk_group, router.scale = (fused.top_k, fused.n_group, fused.topk_group,
+                                                                     fused.scale)
+    return router
+
+
+@torch.no_grad()
+def self_check(model: LLaDA2MoE, tokens: tuple[int, ...] = CHECK_TOKENS) -> list[dict]:
+    """The first MoE layer of `model` (already on the fast engine) against the reference at each M."""
+    mlp = next(layer.mlp for layer in model.layers if hasattr(layer.mlp, "experts"))
+    fast_gate, fast_experts = mlp.gate, mlp.experts
+    ref_gate = _plain_router(fast_gate) if isinstance(fast_gate, FusedRouter) else fast_gate
+    checks = []
+    for M in tokens:
+        g = torch.Generator(device=model.device).manual_seed(M)
+        x = torch.randn(M, model.config.hidden_size, device=model.device, generator=g).to(model.dtype)
+        ids, weights = ref_gate(x)
+        fast_ids, _ = fast_gate(x)
+        agree = _agreement(fast_ids, ids)
+        error = rel_rmse(fast_experts(x, ids, weights), _reference_experts(fast_experts)(x, ids, weights))
+        checks.append({"tokens": M, "experts_rel_rmse": error, "router_agreement": agree,
+                       "ok": error < EXPERTS_TOLERANCE and agree >= ROUTER_AGREEMENT})
+    return checks
+
+
+def _reference_experts(experts: nn.Module):
+    if isinstance(experts, FusedExperts):
+        return experts.reference()
+    if isinstance(experts, FP8Experts):
+        return lambda x, ids, w: kernels.fused_moe_fp8(x, experts.w13, experts.w13_scale, experts.w2,
+                                                       experts.w2_scale, ids, w, impl="torch")
+    return experts
+
+
+def _agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Share of (token, expert) choices in both (T, K) id sets, order aside."""
+    same = (a.sort(-1).values[:, :, None] == b[:, None, :]).any(-1)
+    return same.float().mean().item()
+
+
+def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True) -> EngineReport:
+    """Put `model` on `engine` in place (see the module docstring); the report says what runs and why."""
+    if engine not in ENGINES:
+        raise EngineError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine == "reference":
+        to_reference(model)
+        return EngineReport(engine, "reference", "asked for")
+    why_not = fast_available(model)
+    if why_not and engine == "fast":
+        raise EngineError(why_not)
+    if why_not or (engine == "auto" and not _on_cuda(model)):
+        to_reference(model)
+        return EngineReport(engine, "reference", why_not or f"the model is on {model.device}")
+    to_fast(model)
+    if not check:
+        return EngineReport(engine, "fast", "not self-checked")
+    return _checked(model, engine)
+
+
+def _on_cuda(model: LLaDA2MoE) -> bool:
+    return model.device.type == "cuda"
+
+
+def _checked(model: LLaDA2MoE, engine: str) -> EngineReport:
+    try:
+        checks = self_check(model)
+    except Exception as err:  # noqa: BLE001  (a compile error, OutOfResources, a launch failure)
+        checks = [{"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
+                   "ok": False}]
+    if all(c["ok"] for c in checks):
+        worst = max(c["experts_rel_rmse"] for c in checks)
+        return EngineReport(engine, "fast", f"self-check passed at M = {', '.join(str(c['tokens']) for c in checks)}:"
+                                            f" experts rel. RMSE <= {worst:.2g}", checks)
+    failed = next(c for c in checks if not c["ok"])
+    detail = failed.get("error") or (f"M = {failed['tokens']}: experts rel. RMSE {failed['experts_rel_rmse']:.3g}, "
+                                     f"router agreement {failed['router_agreement']:.2f}")
+    to_reference(model)
+    if engine == "fast":
+        raise EngineError(f"the fast engine failed its self-check ({detail})")
+    return EngineReport(engine, "reference", f"the fast engine failed its self-check ({detail}); "
+                                             "running the PyTorch reference", checks)
