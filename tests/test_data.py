@@ -11,7 +11,7 @@ import torch
 
 from llada.eval import code, sources, tasks
 from llada.train.corpus import build_corpus
-from llada.train.data import Encoded, RowSampler, Rows, to_batch, window_rows
+from llada.train.data import Encoded, RowSampler, Rows, to_batch, window_rows, packed_rows
 from code_corpus import LIBRARY, write_tree
 
 
@@ -194,3 +194,16 @@ def test_row_sampler_visits_every_row_and_heads_become_prompts():
     for batch in (a, b):
         assert ((batch.prompt_len >= 0) & (batch.prompt_len <= 2)).all()
         assert (batch.prompt_len + batch.answer_len == 4).all()
+
+
+def test_packed_rows_put_functions_on_block_boundaries():
+    items = [Encoded([5, 6], [7, 8, 0]), Encoded([9], [3] * 9 + [0]), Encoded([4], [2, 0])]
+    rows = packed_rows(items, length=16, eos_id=0, align=4)  # item sizes 8, 12, 4 -> rows [8 | pad], [12, 4]
+    assert rows.ids.tolist() == [[5, 6, 7, 8, 0, 0, 0, 0] + [0] * 8,
+                                 [9] + [3] * 9 + [0, 0] + [4, 2, 0, 0]]
+    assert rows.segment.tolist() == [[0] * 8 + [1] * 8, [0] * 12 + [1] * 4]
+    assert rows.gen[0].tolist() == [False] * 2 + [True] * 6 + [False] * 8  # no loss on the empty tail
+    assert rows.gen[1].tolist() == [False] + [True] * 11 + [False] + [True] * 3
+    assert rows.answer_len.tolist() == [8, 16] and rows.item_tokens == 5 + 11 + 3
+    batch = RowSampler(rows, batch_size=2, seed=0).next()
+    assert batch.segment is not None and torch.equal(batch.generated(), rows.gen[batch.ids[:, 0].ne(5).long()])

@@ -12,6 +12,7 @@ import torch
 from llada.config import ModelConfig
 from llada.model import LLaDA2MoE
 from llada.train.objective import (Batch, NoiseConfig, corrupt, diffusion_loss, layout_mask, layout_positions,
+                                   packed_layout_mask,
                                    noisy_logits, self_draft)
 from llada.train.experts import ALIGN, GroupedExperts, padded_rows, use_grouped_experts
 from llada.train.loop import ExpertBalancer
@@ -168,3 +169,32 @@ def test_self_draft_fills_only_masks_above_the_random_threshold():
     fill = masked & (p > tau)
     assert torch.equal(still, masked & ~fill) and still.any() and fill.any()
     assert torch.equal(drafted, torch.where(fill, x0, noisy))
+
+
+def test_a_packed_item_reads_exactly_as_it_would_alone():
+    model = tiny_model().eval()
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randint(1, 50, (8,), generator=g), torch.randint(1, 50, (4,), generator=g)  # 2 blocks, 1 block
+    packed = torch.cat([a, b])[None]  # (1, 12): a on blocks 0-1, b on block 2
+    segment = torch.tensor([[0] * 8 + [1] * 4])
+    noisy = packed.clone()
+    noisy[0, [2, 5, 9, 10]] = MASK
+    with torch.no_grad():
+        together = noisy_logits(model, packed, noisy, 4, segment)[0]  # (12, V)
+        alone_a = noisy_logits(model, a[None], noisy[:, :8], 4)[0]
+        alone_b = noisy_logits(model, b[None], noisy[:, 8:], 4)[0]
+    torch.testing.assert_close(together, torch.cat([alone_a, alone_b]), atol=2e-4, rtol=1e-4)
+    mask = packed_layout_mask(segment, 4)  # (1, 1, 24, 24)
+    assert not mask[0, 0, 12 + 8:, :8].any() and not mask[0, 0, 12:12 + 8, 8:12].any()  # b never sees a, nor a b
+
+
+def test_packed_batches_train():
+    model = tiny_model()
+    ids = torch.randint(1, 50, (2, 12), generator=torch.Generator().manual_seed(4))
+    segment = torch.tensor([[0] * 8 + [1] * 4, [0] * 12])
+    gen = torch.ones(2, 12, dtype=torch.bool)
+    gen[:, 0] = gen[0, 8] = False  # each item's first token is its prompt
+    batch = Batch(ids, torch.zeros(2, dtype=torch.long), torch.full((2,), 12), segment, gen)
+    loss = diffusion_loss(model, batch, 4, MASK, NoiseConfig(), torch.Generator().manual_seed(0), multi_turn=True)
+    loss.backward()
+    assert torch.isfinite(loss) and model.lm_head.weight.grad is not None

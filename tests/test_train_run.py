@@ -20,8 +20,9 @@ from llada.pipeline import Pipeline
 from llada.train.build import model_config
 from llada.train.cli import main, parse_args
 from llada.train.export import MAX_SHARD_BYTES, plan_shards, save_sharded
-from llada.train.loop import PRESETS, preset_config, setup, train, train_step
+from llada.train.loop import PRESETS, preset_config, save_dir, setup, train, train_step
 from llada.train.recipes import OFFICIAL_DECODING, TRAINING_PRESETS, param_counts
+from llada.train.resume import load_state, save_state
 from code_corpus import write_tree
 
 SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "model"
@@ -50,6 +51,15 @@ def test_code_preset_is_a_real_moe_within_its_size_budget():
     shards = plan_shards(tensors, MAX_SHARD_BYTES)
     sizes = [sum(tensors[n].numel() * 2 for n in names) for names in shards]
     assert max(sizes) <= MAX_SHARD_BYTES < 16 * 2**20 and len(shards) >= 2 * total / MAX_SHARD_BYTES
+
+
+def test_cpu_preset_is_a_real_moe_that_fits_the_model_directory():
+    tc = preset_config("cpu")
+    cfg = model_config(tc, tc.vocab_size)
+    total, _ = param_counts(cfg)
+    assert cfg.num_experts >= 16 and 1 < cfg.n_group and cfg.topk_group < cfg.n_group and cfg.num_shared_experts == 1
+    assert 2 * total < 64 * 2**20 and tc.threads == 2 and tc.pack and tc.checkpoint_minutes > 0
+    assert TRAINING_PRESETS["cpu"].knows and TRAINING_PRESETS["cpu"].decoding == OFFICIAL_DECODING
 
 
 def test_v1_preset_is_the_shipped_models_recipe():
@@ -194,3 +204,42 @@ def test_the_command_trains_evaluates_and_writes_the_card(tmp_path, capsys):
     assert card.count("```python") == 3  # the samples, unedited
     summary = json.loads((out / "training.json").read_text())
     assert summary["eval_seconds"] > 0 and summary["steps"] == 6
+
+
+def test_a_resumed_run_continues_exactly_where_it_stopped(tmp_path):
+    tc = tiny_run_config(tmp_path, pack=True, block_lengths=(16, 32), checkpoint_minutes=60.0)
+    run = setup(tc, progress=False)
+    for step in range(3):
+        run.log.append(train_step(run, step, 1e-3))
+    save_state(run, 3, 12.0)
+    going_on = [train_step(run, step, 1e-3)["loss"] for step in (3, 4)]
+    again = setup(tc, progress=False, resume=True)  # tokenizer and rows from OUT, state from OUT/resume.pt
+    assert load_state(again) == (3, 12.0) and len(again.log) == 3
+    assert [train_step(again, step, 1e-3)["loss"] for step in (3, 4)] == going_on
+
+
+def test_the_command_checkpoints_and_resumes(tmp_path, capsys):
+    write_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    common = ["--preset", "tiny", "--out", str(out), "--roots", str(tmp_path / "src"), "--vocab-size", "300",
+              "--bpe-chars", "100000", "--checkpoint-minutes", "30", "--pack", "true", "--no-eval"]
+    main(common + ["--steps", "4"])
+    assert (out / "resume.pt").exists() and (out / "rows.pt").exists()
+    first = json.loads((out / "training.json").read_text())
+    assert first["steps"] == 4 and len(first["curve"]) == 1 and first["curve"][0]["step"] == 4
+    assert len(list((out / "checkpoints").iterdir())) == 1
+    assert "parse" in capsys.readouterr().err  # the first run parsed the corpus
+    main(common + ["--steps", "7", "--resume"])
+    second = json.loads((out / "training.json").read_text())
+    assert second["steps"] == 7 and [p["step"] for p in second["curve"]] == [4, 7]
+    assert second["curve"][1]["held_out_loss"] > 0
+    assert "parse" not in capsys.readouterr().err  # the resumed run did not parse the corpus again
+    assert Pipeline.load(out / "checkpoint").model.config.num_experts == 16
+
+
+def test_a_preset_that_says_what_its_model_knows_writes_model_info(tmp_path):
+    run = setup(tiny_run_config(tmp_path, steps=1), progress=False)
+    run.tc = preset_config("cpu", out=run.tc.out)
+    out = save_dir(run, tmp_path / "model")
+    assert json.loads((out / "model_info.json").read_text()) == {"knows": TRAINING_PRESETS["cpu"].knows}
+    assert Pipeline.load(out).model.config.num_experts == 16

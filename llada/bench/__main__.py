@@ -1,4 +1,4 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, kernels, forward, load, gpu-check)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, kernels, forward, load, gpu-check, train)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
            "forward": "one LLaDA2.1-mini-shaped forward",
            "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
-           "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured"}
+           "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
+           "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul"}
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,9 @@ from ..model import LLaDA2MoE
 from .bpe import build_tokenizer, load_fast, save_tokenizer
 from .corpus import CodeCorpus, bpe_sample, build_corpus
 from .data import CodeStream, Rows, TaskStream, encode_texts, function_rows, window_rows
+from .resume import load_rows, save_rows
+
+HELD_OUT_ROWS = 64  # held-out function rows of the loss curve
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Built:
     tasks: TaskStream
     code: CodeStream
     data: dict
+    held_out: Rows  # held-out function rows (one function per row) for the held-out loss
 
 
 def model_config(tc, vocab: int) -> ModelConfig:
@@ -66,25 +70,68 @@ def _empty(length: int) -> Rows:
                 torch.zeros(0, dtype=torch.int32))
 
 
-def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, int, int]:
-    """Window rows, function rows, and the token counts of the training and held-out files (+ EOS each)."""
-    eos = hf.eos_token_id
+def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows, int, int]:
+    """Window rows, function rows, held-out function rows, and the token counts of the training and
+    held-out files (+ EOS each)."""
+    eos, pack = hf.eos_token_id, max(tc.block_lengths) if tc.pack else 0
     tokens = encode_texts(hf, [f.text for f in corpus.files], progress, "tokenize train")
     train_tokens = sum(len(t) + 1 for t in tokens)
     windows = window_rows(tokens, tc.code_length, eos) if tc.window_share > 0 else _empty(tc.code_length)
     del tokens
-    functions = function_rows(hf, corpus.functions, tc.code_length, eos) if tc.window_share < 1 \
+    functions = function_rows(hf, corpus.functions, tc.code_length, eos, pack) if tc.window_share < 1 \
         else _empty(tc.code_length)
     held_out = sum(len(t) + 1 for t in encode_texts(hf, [f.text for f in corpus.held_out]))
-    return windows, functions, train_tokens, held_out
+    files = list(corpus.held_out)
+    random.Random(f"held-out/{tc.seed}").shuffle(files)
+    held_fns = []
+    for f in files:  # parse held-out files in a seeded order until there are enough functions to pick from
+        held_fns += _functions(f)
+        if len(held_fns) >= 4 * HELD_OUT_ROWS:
+            break
+    random.Random(f"held-out/{tc.seed}").shuffle(held_fns)
+    held_rows = function_rows(hf, held_fns[:HELD_OUT_ROWS], tc.code_length, eos)
+    return windows, functions, held_rows, train_tokens, held_out
 
 
-def build(tc, device: torch.device, progress: bool = True) -> Built:
-    out = Path(tc.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _functions(file) -> list:
+    from ..eval.code import functions_of
+
+    try:
+        return functions_of(file.key, file.text, scoped=False)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+
+
+def _fresh_data(tc, out: Path, progress: bool):
+    """Corpus, tokenizer and rows built from the installed source; the rows are saved to OUT/rows.pt."""
     corpus = build_corpus(tc.sources, tc.roots, tc.max_files, progress=progress)
     hf = _tokenizer(tc, corpus, out)
-    windows, functions, train_tokens, held_out_tokens = _rows(tc, corpus, hf, progress)
+    windows, functions, held_rows, train_tokens, held_out_tokens = _rows(tc, corpus, hf, progress)
+    data = {"sources": list(tc.sources) if tc.roots is None else [str(r) for r in corpus.roots],
+            "roots": [str(r) for r in corpus.roots], "found": corpus.stats.found,
+            "duplicates": corpus.stats.duplicates, "dropped": dict(corpus.stats.dropped),
+            "train_files": len(corpus.files), "train_chars": corpus.chars, "train_tokens": train_tokens,
+            "held_out_files": len(corpus.held_out), "held_out_tokens": held_out_tokens,
+            "functions": len(corpus.functions), "function_rows": len(functions),
+            "function_tokens": functions.content, "window_rows": len(windows), "vocab_size": len(hf)}
+    save_rows(out, {"windows": windows, "functions": functions, "held_out": held_rows}, data)
+    return hf, windows, functions, held_rows, data
+
+
+def _saved_data(src: Path, out: Path):
+    """Tokenizer and rows of an earlier run (`--resume`: OUT itself; `--data-from DIR`)."""
+    rows, data = load_rows(src)
+    if src != out:
+        save_tokenizer(load_fast(src).backend_tokenizer, out)
+        save_rows(out, rows, data)
+    return load_fast(out), rows["windows"], rows["functions"], rows["held_out"], data
+
+
+def build(tc, device: torch.device, progress: bool = True, resume: bool = False) -> Built:
+    out = Path(tc.out)
+    out.mkdir(parents=True, exist_ok=True)
+    src = out if resume else Path(tc.data_from) if tc.data_from else None
+    hf, windows, functions, held_rows, data = _saved_data(src, out) if src else _fresh_data(tc, out, progress)
     torch.manual_seed(tc.seed)
     if tc.init:
         model = load_model(tc.init).train().requires_grad_(True)
@@ -93,11 +140,4 @@ def build(tc, device: torch.device, progress: bool = True) -> Built:
     weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}
     tasks = TaskStream(hf, hf.eos_token_id, tc.task_length, tc.task_batch, tc.seed, weights)
     code = CodeStream(windows.to(device), functions.to(device), tc.code_batch, tc.seed, tc.window_share)
-    data = {"sources": list(tc.sources) if tc.roots is None else [str(r) for r in corpus.roots],
-            "roots": [str(r) for r in corpus.roots], "found": corpus.stats.found,
-            "duplicates": corpus.stats.duplicates, "dropped": dict(corpus.stats.dropped),
-            "train_files": len(corpus.files), "train_chars": corpus.chars, "train_tokens": train_tokens,
-            "held_out_files": len(corpus.held_out), "held_out_tokens": held_out_tokens,
-            "functions": len(functions), "function_tokens": functions.tokens, "window_rows": len(windows),
-            "vocab_size": len(hf)}
-    return Built(hf, model, tasks, code, data)
+    return Built(hf, model, tasks, code, data, held_rows)

@@ -60,12 +60,32 @@ def training_section(summary: dict, command: str) -> str:
         f"files found, {d['duplicates']:,} duplicates removed (content hash), dropped: {dropped}. Split by a hash of "
         f"the file path: **{d['train_files']:,} training files ({d['train_tokens']:,} tokens)** and "
         f"{d['held_out_files']:,} held-out files ({d['held_out_tokens']:,} tokens). From the training files: "
-        f"{d['window_rows']:,} window rows of {tc['code_length']} tokens and {d['functions']:,} function rows "
+        f"{d['window_rows']:,} window rows of {tc['code_length']} tokens and {d.get('function_rows', d['functions']):,} function rows "
         f"(signature + docstring → body, {d['function_tokens']:,} tokens). Task mix: {tc['task_weights']}, "
         f"{100 * (1 - tc['code_share']):.0f}% of the steps.",
         "",
         f"Loss (mean of the first → last tenth of each kind's steps, at most 50 steps): {losses}.", "",
         "![loss](loss.png)"])
+
+
+def curve_section(summary: dict, pilots: list[dict], out: Path) -> str:
+    """Held-out loss against minutes: this run's checkpoints, and the pilot runs that chose its size."""
+    from .logs import plot_curves
+
+    runs = [{"name": "this model", "parameters": summary["parameters"], "active": summary["active_parameters"],
+             "curve": summary.get("curve", [])}] + pilots
+    runs = [r for r in runs if r["curve"]]
+    if not runs:
+        return "No checkpoints were written during training, so there is no held-out curve."
+    plot_curves({f"{r['name']} ({_m(r['parameters'])}, {_m(r['active'])} active)": r["curve"] for r in runs}, out)
+    lines = ["| run | parameters (active) | minutes | steps | tokens | train loss | held-out loss |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        for p in r["curve"]:
+            lines.append(f"| {r['name']} | {_m(r['parameters'])} ({_m(r['active'])}) | {p['minutes']:.1f} | "
+                         f"{p['step']:,} | {p.get('tokens', 0):,} | {p['train_loss']:.3f} | {p['held_out_loss']:.3f} |")
+    return "\n".join(["The held-out loss is the training objective on 64 held-out functions under a fixed noise "
+                      "seed, measured at every checkpoint.", "", "![held-out loss](curve.png)", "", *lines])
 
 
 def presets_section(presets: dict) -> str:
@@ -86,8 +106,9 @@ def samples_section(samples: list[dict]) -> str:
     return "\n".join(blocks)
 
 
-def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict], command: str) -> Path:
-    """Write README.md into the model directory."""
+def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict], command: str,
+               pilots: list[dict] | None = None) -> Path:
+    """Write README.md into the model directory (pilots: {"name", "parameters", "active", "curve"} runs)."""
     out = Path(out)
     config = json.loads((out / "config.json").read_text())
     presets = json.loads((out / "presets.json").read_text())
@@ -97,6 +118,7 @@ def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict]
         "Trained from scratch with the LLaDA2.1 objective (M2T drafting + T2T editing, multi-turn forward) on "
         "the Python source of the machine that trained it and on four checkable tasks.", "",
         model_section(summary, config, out), "", "## How it was trained", "", training_section(summary, command), "",
+        "## Learning curves", "", curve_section(summary, pilots or [], out), "",
         "## Results: Score | TPF in miniature", "",
         f"Held-out items, seed {report['seed']}, greedy decoding, KV cache on, EOS early stop, on the training "
         f"device ({summary['device']}; TPS depends on it). Reproduce with "

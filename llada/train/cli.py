@@ -24,10 +24,18 @@ from .loop import TrainConfig, preset_config, setup, train
 from .recipes import ASSUMED_TFLOPS, TRAINING_PRESETS, estimated_steps, sizes
 
 TUPLES = {"sources": str, "roots": str, "block_lengths": int}
-OPTIONAL = {"steps": int, "max_files": int, "init": str}
+OPTIONAL = {"steps": int, "max_files": int, "init": str, "data_from": str}
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1", "yes", "on")
 
 
 def _converter(name: str, default):
+    if isinstance(default, bool):
+        return _flag
     if name in TUPLES:
         return lambda text: tuple(TUPLES[name](x) for x in text.split(",") if x)
     return OPTIONAL.get(name) or type(default)
@@ -39,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
                     help="; ".join(f"{k}: {p.summary}" for k, p in TRAINING_PRESETS.items()))
     ap.add_argument("--dry-run", action="store_true", help="build corpus, tokenizer and model, print the plan, stop")
     ap.add_argument("--no-eval", action="store_true", help="stop after saving the model")
+    ap.add_argument("--pilots", default="", help="comma list of earlier run directories whose held-out curves "
+                    "the card shows beside this run's (the pilot runs that chose its size)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the stopped run in --out from its last checkpoint (OUT/resume.pt)")
     defaults = TrainConfig()
     for f in fields(TrainConfig):
         if f.name in ("preset", "noise"):
@@ -63,7 +75,8 @@ def plan(run) -> str:
     return "\n".join([
         f"preset {tc.preset} on {run.device.type}: out {tc.out}",
         f"corpus: {d['train_files']:,} training files ({d['train_tokens']:,} tokens), {d['held_out_files']:,} held out "
-        f"({d['held_out_tokens']:,} tokens); {d['window_rows']:,} window rows, {d['functions']:,} function rows",
+        f"({d['held_out_tokens']:,} tokens); {d['window_rows']:,} window rows, {d['function_rows']:,} function rows "
+        f"({d['functions']:,} functions)",
         f"model: {s.total:,} parameters, {s.active:,} active per token; vocabulary {cfg.vocab_size:,}",
         f"a code step: {tc.code_batch} x {tc.code_length} tokens, {s.step_flops / 1e12:.2f} TFLOP; at an assumed "
         f"{ASSUMED_TFLOPS[run.device.type]:g} TFLOP/s about {steps:,} steps fit in {tc.minutes:g} min"
@@ -86,13 +99,24 @@ def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
     return report, code_samples(pipe, prompts, "S", tc.eval_gen_length)
 
 
+def pilot_curves(dirs: str) -> list[dict]:
+    """{"name", "parameters", "active", "curve"} of each pilot run directory (from its training.json)."""
+    out = []
+    for d in filter(None, dirs.split(",")):
+        s = json.loads((Path(d) / "training.json").read_text())
+        c = s["config"]
+        out.append({"name": f"pilot hidden {c['hidden']}, {c['layers']} layers", "parameters": s["parameters"],
+                    "active": s["active_parameters"], "curve": s.get("curve", [])})
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     tc, args = parse_args(argv)
     if args.dry_run:
         print(plan(setup(tc, progress=True)))
         return
-    summary = train(tc, on_ready=lambda run: print(plan(run), flush=True))
+    summary = train(tc, on_ready=lambda run: print(plan(run), flush=True), resume=args.resume)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     if args.no_eval:
         return
@@ -105,5 +129,6 @@ def main(argv: list[str] | None = None) -> None:
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
-    card = write_card(out, summary, report, samples, "python -m llada.train " + shlex.join(argv))
+    card = write_card(out, summary, report, samples, "python -m llada.train " + shlex.join(argv),
+                      pilot_curves(args.pilots))
     print(f"wrote {card}")

@@ -37,11 +37,17 @@ class Encoded:
 
 @dataclass
 class Rows:
-    """Rows of one kind: ids (N, L) int32, prompt_len (N,), answer_len (N,) (answer + first EOS)."""
+    """Rows of one kind: ids (N, L) int32, prompt_len (N,), answer_len (N,) (answer + first EOS).
+
+    Packed rows also carry segment (N, L) int16 (the item of each position) and gen (N, L) bool (the
+    positions after each item's prompt); their prompt_len is 0 and answer_len the filled positions."""
 
     ids: torch.Tensor
     prompt_len: torch.Tensor
     answer_len: torch.Tensor
+    segment: torch.Tensor | None = None
+    gen: torch.Tensor | None = None
+    item_tokens: int = 0  # packed rows: the items' own tokens (prompt + answer + EOS), block padding excluded
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -51,8 +57,15 @@ class Rows:
         """Tokens that carry content (prompt + answer + first EOS), padding excluded."""
         return int((self.prompt_len + self.answer_len).sum())
 
+    @property
+    def content(self) -> int:
+        """Tokens that carry content: for packed rows the items' own tokens, block padding excluded."""
+        return self.tokens if self.gen is None else self.item_tokens
+
     def to(self, device) -> "Rows":
-        return Rows(self.ids.to(device), self.prompt_len.to(device), self.answer_len.to(device))
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Rows(*(move(t) for t in (self.ids, self.prompt_len, self.answer_len, self.segment, self.gen)),
+                    self.item_tokens)
 
 
 def encode_texts(tokenizer, texts: list[str], progress: bool = False, desc: str = "tokenize") -> list[list[int]]:
@@ -85,6 +98,42 @@ def to_rows(rows: list[Encoded], length: int, eos_id: int) -> Rows:
     return Rows(ids, torch.tensor(prompt_len, dtype=torch.int32), torch.tensor(answer_len, dtype=torch.int32))
 
 
+def packed_rows(rows: list[Encoded], length: int, eos_id: int, align: int) -> Rows:
+    """Items packed into rows of `length`, each item starting on a multiple of `align` (the block).
+
+    An item is prompt + answer (+ EOS), cut to `length`, then EOS-padded to a multiple of `align`, so
+    that the block holding its EOS teaches EOS after EOS as in an unpacked row. Items go into the
+    current row while they fit; the rest of a row that no item fills is a segment of its own with no
+    loss. Against one item per EOS-padded row this keeps the same blocks and drops the empty ones."""
+    ids, seg, gen, filled = [], [], [], []
+    row_ids, row_seg, row_gen = [], [], []
+
+    def close():
+        n = len(row_ids)
+        ids.append(row_ids + [eos_id] * (length - n))
+        seg.append(row_seg + [len(set(row_seg))] * (length - n))
+        gen.append(row_gen + [False] * (length - n))
+        filled.append(n)
+
+    for row in rows:
+        seq = (row.prompt + row.answer)[:length]
+        size = -(-len(seq) // align) * align
+        if row_ids and len(row_ids) + size > length:
+            close()
+            row_ids, row_seg, row_gen = [], [], []
+        k = len(set(row_seg))
+        row_ids += seq + [eos_id] * (size - len(seq))
+        row_seg += [k] * size
+        row_gen += [False] * len(row.prompt) + [True] * (size - len(row.prompt))
+    if row_ids:
+        close()
+    n = len(ids)
+    return Rows(torch.tensor(ids, dtype=torch.int32).view(n, length), torch.zeros(n, dtype=torch.int32),
+                torch.tensor(filled, dtype=torch.int32), torch.tensor(seg, dtype=torch.int16).view(n, length),
+                torch.tensor(gen, dtype=torch.bool).view(n, length),
+                sum(min(len(r.prompt) + len(r.answer), length) for r in rows))
+
+
 def to_batch(rows: list[Encoded], length: int, eos_id: int) -> Batch:
     r = to_rows(rows, length, eos_id)
     return Batch(r.ids.long(), r.prompt_len.long(), r.answer_len.long())
@@ -106,10 +155,13 @@ def window_rows(token_lists: Iterable[list[int]], length: int, eos_id: int) -> R
     return Rows(ids, torch.zeros(len(ids), dtype=torch.int32), answer)
 
 
-def function_rows(tokenizer, functions: list[CodeFunction], length: int, eos_id: int) -> Rows:
-    """Prompt = signature + docstring, answer = body + EOS; prompts of half a row or more are dropped."""
+def function_rows(tokenizer, functions: list[CodeFunction], length: int, eos_id: int, pack: int = 0) -> Rows:
+    """Prompt = signature + docstring, answer = body + EOS; prompts of half a row or more are dropped.
+
+    pack > 0: several functions per row, each on a multiple of `pack` tokens (`packed_rows`)."""
     encoded = encode_pairs(tokenizer, [(f.prompt, f.body) for f in functions], eos_id)
-    return to_rows([r for r in encoded if len(r.prompt) < length // 2], length, eos_id)
+    kept = [r for r in encoded if len(r.prompt) < length // 2]
+    return packed_rows(kept, length, eos_id, pack) if pack else to_rows(kept, length, eos_id)
 
 
 class RowSampler:
@@ -140,7 +192,9 @@ class RowSampler:
             head = torch.randint(0, self.max_prompt + 1, (len(idx),), generator=self.gen).to(idx.device)
             head = torch.minimum(head, answer - 1).clamp(min=0)
             prompt, answer = prompt + head, answer - head
-        return Batch(self.rows.ids[idx].long(), prompt, answer)
+        rows = self.rows
+        return Batch(rows.ids[idx].long(), prompt, answer, None if rows.segment is None else rows.segment[idx].long(),
+                     None if rows.gen is None else rows.gen[idx])
 
 
 class CodeStream:

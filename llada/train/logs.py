@@ -56,3 +56,24 @@ def loss_ends(log: list[dict], kind: str) -> tuple[float, float] | None:
         return None
     k = max(1, min(50, len(values) // 10))
     return round(sum(values[:k]) / k, 4), round(sum(values[-k:]) / k, 4)
+
+
+def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "Held-out loss") -> Path:
+    """Held-out loss against minutes of training, one line per run (its checkpoints' `curve` points)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, points in curves.items():
+        ax.plot([p["minutes"] for p in points], [p["held_out_loss"] for p in points], marker="o", label=name)
+    ax.set_xlabel("minutes of training (wall time on the training machine)")
+    ax.set_ylabel("held-out function loss (M2T + T2T)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(out) / "curve.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

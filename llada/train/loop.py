@@ -11,10 +11,14 @@ forward, `multi_turn` / `code_multi_turn`), then minimises the M2T + T2T loss (`
     CUDA             bf16 autocast over fp32 master weights, fused AdamW, experts as grouped GEMMs
                      (`experts.py`) and each layer compiled with torch.compile; if compiling fails the
                      run says so and continues eagerly
-    CPU              fp32, the engine's expert loop, one thread by default (on cores shared with other
-                     jobs, two OpenMP threads spend most of their time waiting for each other)
+    CPU              fp32, experts as grouped GEMMs too (`python -m llada.bench train`: 2.3x the
+                     engine's loop per step on 2 threads), `threads` OpenMP threads
+    packing          `pack`: several short functions per row, each starting on a block boundary and
+                     seeing only itself (`data.packed_rows`), instead of one function per EOS-padded row
     checkpoints      every `checkpoint_minutes` the model is written to OUT/checkpoint in the final
-                     format (loadable by the engine, and by `--init` to continue)
+                     format (loadable by the engine, and by `--init` to continue), a copy of it to
+                     OUT/checkpoints/MIN, the held-out loss is measured (`curve`), and the whole
+                     training state to OUT/resume.pt: `--resume` continues a stopped run (`resume.py`)
 
 `finish` writes the model directory: sharded bf16 safetensors + index (`export`), tokenizer,
 presets.json (the preset's decoding modes), loss.csv, loss.png and training.json.
@@ -40,8 +44,10 @@ from .export import save_sharded
 from .logs import loss_ends, plot_loss, write_csv
 from .objective import Batch, NoiseConfig, diffusion_loss
 from .recipes import SHIPPED_DECODING, TRAINING_PRESETS
+from .resume import held_out_loss, load_state, save_state
 from ..eval.tasks import TRAIN_WEIGHTS
 
+MODEL_INFO = "model_info.json"  # {"knows": one line on what the model can do}, for the playground
 PRESETS = SHIPPED_DECODING  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)
 
 
@@ -76,6 +82,7 @@ class TrainConfig:
     code_length: int = 256
     code_batch: int = 32
     window_share: float = 0.5  # code batches of file windows (else functions)
+    pack: bool = False  # function rows: pack several functions per row (on block boundaries)
     task_length: int = 32
     task_batch: int = 64
     code_share: float = 0.8  # share of steps that train on code (the rest on tasks)
@@ -87,6 +94,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     bias_rate: float = 1e-3
     init: str | None = None  # continue from this model directory (its tokenizer and weights)
+    data_from: str | None = None  # reuse the tokenizer and rows of this earlier run's directory
     eval_n: int = 50  # after training: task items per task
     code_n: int = 64  # ... held-out functions
     samples: int = 10  # ... code samples written into the card
@@ -118,6 +126,8 @@ def check_config(tc: TrainConfig) -> TrainConfig:
         raise ValueError("minutes must be positive and steps at least 1")
     if not any(tc.code_length % b == 0 for b in tc.block_lengths):
         raise ValueError(f"no block length in {tc.block_lengths} divides code_length {tc.code_length}")
+    if tc.pack and any(max(tc.block_lengths) % b for b in tc.block_lengths):
+        raise ValueError(f"pack needs every block length to divide the largest, got {tc.block_lengths}")
     return tc
 
 
@@ -156,10 +166,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def experts_impl(tc: TrainConfig, device: torch.device) -> str:
-    """grouped GEMMs on CUDA, the engine's loop on CPU, unless the config names one."""
-    if tc.experts_impl == "auto":
-        return "grouped" if device.type == "cuda" else "loop"
-    return tc.experts_impl
+    """grouped GEMMs (CUDA and CPU), unless the config names the engine's loop."""
+    return "grouped" if tc.experts_impl == "auto" else tc.experts_impl
 
 
 def compile_on(tc: TrainConfig, device: torch.device) -> bool:
@@ -186,13 +194,14 @@ class Run:
     pick: random.Random
     compiled: bool
     log: list = field(default_factory=list)
+    curve: list = field(default_factory=list)  # {"minutes", "step", "held_out_loss", "train_loss"} per checkpoint
 
 
-def setup(tc: TrainConfig, progress: bool) -> Run:
+def setup(tc: TrainConfig, progress: bool, resume: bool = False) -> Run:
     device = resolve_device(tc.device)
     if device.type == "cpu":
         torch.set_num_threads(tc.threads)
-    built = build(tc, device, progress)
+    built = build(tc, device, progress, resume)
     model = built.model.to(device).train()
     use_grouped_experts(model, experts_impl(tc, device))
     compiled = compile_on(tc, device)
@@ -218,7 +227,7 @@ def _draw(run: Run, step: int) -> tuple[str, Batch, int, bool]:
         kind, batch = run.built.code.next()
     else:
         kind, batch = "task", run.built.tasks.next()
-    batch = Batch(*(t.to(run.device, non_blocking=True) for t in (batch.ids, batch.prompt_len, batch.answer_len)))
+    batch = batch.to(run.device)
     block = run.pick.choice([b for b in tc.block_lengths if batch.ids.shape[1] % b == 0] or [batch.ids.shape[1]])
     multi = run.pick.random() < (tc.code_multi_turn if is_code else tc.multi_turn) and step > tc.warmup
     return kind, batch, block, multi
@@ -255,22 +264,24 @@ def train_step(run: Run, step: int, lr: float) -> dict:
     torch.nn.utils.clip_grad_norm_(run.built.model.parameters(), 1.0)
     run.opt.step()
     return {"step": step, "kind": kind, "block": block, "loss": loss.item(), "lr": lr,
-            "max_load": round(run.balancer.step(), 2)}
+            "max_load": round(run.balancer.step(), 2), "tokens": int((batch.prompt_len + batch.answer_len).sum())}
 
 
-def train(tc: TrainConfig, progress: bool = True, on_ready=None) -> dict:
+def train(tc: TrainConfig, progress: bool = True, on_ready=None, resume: bool = False) -> dict:
     """Build, train within the bounds, write the model directory; returns the summary (training.json).
 
-    on_ready(run) is called once everything is built, before the first step (the CLI prints the plan)."""
+    on_ready(run) is called once everything is built, before the first step (the CLI prints the plan).
+    resume: continue from OUT/resume.pt (its step, seconds trained, log and random states)."""
     from tqdm import tqdm
 
     t_start = time.perf_counter()
-    run = setup(tc, progress)
+    run = setup(tc, progress, resume)
+    step, done = load_state(run) if resume else (0, 0.0)
     prep_seconds = time.perf_counter() - t_start
     if on_ready is not None:
         on_ready(run)
-    budget, t0, step, last_ckpt = tc.minutes * 60.0, time.perf_counter(), 0, time.perf_counter()
-    bar = tqdm(total=tc.steps, disable=not progress, desc="train", unit="step", mininterval=2.0)
+    budget, t0, last_ckpt = tc.minutes * 60.0, time.perf_counter() - done, time.perf_counter()
+    bar = tqdm(total=tc.steps, initial=step, disable=not progress, desc="train", unit="step", mininterval=5.0)
     while True:
         elapsed = time.perf_counter() - t0
         frac = max(elapsed / budget, step / tc.steps if tc.steps else 0.0)
@@ -282,10 +293,25 @@ def train(tc: TrainConfig, progress: bool = True, on_ready=None) -> dict:
         bar.set_postfix(kind=record["kind"][:4], loss=f"{record['loss']:.3f}", min=f"{elapsed / 60:.1f}")
         step += 1
         if tc.checkpoint_minutes and time.perf_counter() - last_ckpt > tc.checkpoint_minutes * 60:
-            save_dir(run, Path(tc.out) / "checkpoint")
+            checkpoint(run, step, time.perf_counter() - t0)
             last_ckpt = time.perf_counter()
     bar.close()
+    if tc.checkpoint_minutes:
+        checkpoint(run, step, time.perf_counter() - t0)
     return finish(run, time.perf_counter() - t0, prep_seconds)
+
+
+def checkpoint(run: Run, step: int, seconds: float) -> None:
+    """Held-out loss point, loadable model directories (latest and per-minute copy), resumable state."""
+    recent = [r for r in run.log[-50:] if r["kind"] != "task"]
+    point = {"minutes": round(seconds / 60, 2), "step": step, "held_out_loss": round(held_out_loss(
+        run, run.built.held_out), 4), "train_loss": round(sum(r["loss"] for r in recent) / max(len(recent), 1), 4),
+        "tokens": sum(r.get("tokens", 0) for r in run.log)}
+    run.curve.append(point)
+    save_dir(run, Path(run.tc.out) / "checkpoint")
+    save_dir(run, Path(run.tc.out) / "checkpoints" / f"{seconds / 60:05.1f}min")
+    save_state(run, step, seconds)
+    print(f"\ncheckpoint {json.dumps(point)}", flush=True)
 
 
 def save_dir(run: Run, out: Path) -> Path:
@@ -296,6 +322,9 @@ def save_dir(run: Run, out: Path) -> Path:
     if out != Path(run.tc.out):  # the output directory got its tokenizer when it was built
         save_tokenizer(hf.backend_tokenizer, out)
     write_presets(decoding_presets(run.tc), out)
+    preset = TRAINING_PRESETS.get(run.tc.preset)
+    if preset is not None and preset.knows:
+        (out / MODEL_INFO).write_text(json.dumps({"knows": preset.knows}, indent=2) + "\n")
     return out
 
 
@@ -315,7 +344,8 @@ def finish(run: Run, seconds: float, prep_seconds: float) -> dict:
                "compiled": run.compiled, "steps": len(log), "seconds": round(seconds, 1),
                "prep_seconds": round(prep_seconds, 1), "parameters": total, "active_parameters": active,
                "data": run.built.data, "batches": {k: sum(r["kind"] == k for r in log) for k in kinds},
-               "first_loss": {k: e[0] for k, e in ends.items()}, "final_loss": {k: e[1] for k, e in ends.items()}}
+               "first_loss": {k: e[0] for k, e in ends.items()}, "final_loss": {k: e[1] for k, e in ends.items()},
+               "tokens": sum(r.get("tokens", 0) for r in log), "curve": run.curve}
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -43,11 +43,19 @@ class Batch:
     ids: torch.Tensor  # (N, L) clean tokens, EOS-padded
     prompt_len: torch.Tensor  # (N,) tokens of prompt at the start of each row
     answer_len: torch.Tensor  # (N,) generated tokens that carry content (answer + first EOS)
+    segment: torch.Tensor | None = None  # (N, L) packed rows: which item each position belongs to
+    gen: torch.Tensor | None = None  # bool (N, L) packed rows: generated positions (every item's answer)
 
     def generated(self) -> torch.Tensor:
-        """bool (N, L): positions after the prompt."""
+        """bool (N, L): positions after the prompt (of their own item, in a packed row)."""
+        if self.gen is not None:
+            return self.gen
         pos = torch.arange(self.ids.shape[1], device=self.ids.device)
         return pos[None, :] >= self.prompt_len[:, None]
+
+    def to(self, device) -> "Batch":
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(*(move(t) for t in (self.ids, self.prompt_len, self.answer_len, self.segment, self.gen)))
 
 
 def layout_mask(length: int, block: int, device=None) -> torch.Tensor:
@@ -57,6 +65,17 @@ def layout_mask(length: int, block: int, device=None) -> torch.Tensor:
     top = torch.cat([kb <= qb, torch.zeros(length, length, dtype=torch.bool, device=device)], dim=1)
     bottom = torch.cat([kb < qb, kb == qb], dim=1)
     return torch.cat([top, bottom], dim=0)
+
+
+def packed_layout_mask(segment: torch.Tensor, block: int) -> torch.Tensor:
+    """bool (N, 1, 2L, 2L): the layout mask, and a position sees only its own item of a packed row.
+
+    Items start on block boundaries (`data.packed_rows`), so their blocks are the row's blocks, and
+    RoPE depends only on distances, so an item reads exactly as it would at the start of a row."""
+    N, L = segment.shape
+    seg = torch.cat([segment, segment], dim=1)  # (N, 2L)
+    same = seg[:, :, None] == seg[:, None, :]  # (N, 2L, 2L)
+    return (layout_mask(L, block, segment.device)[None] & same)[:, None]
 
 
 def layout_positions(length: int, device=None) -> torch.Tensor:
@@ -97,10 +116,11 @@ def corrupt(batch: Batch, block: int, mask_id: int, vocab: int, cfg: NoiseConfig
     return noisy, masked, replaced
 
 
-def noisy_logits(model: LLaDA2MoE, clean: torch.Tensor, noisy: torch.Tensor, block: int) -> torch.Tensor:
-    """fp32 logits (N, L, V) of the noisy copy under the [clean ; noisy] block layout."""
+def noisy_logits(model: LLaDA2MoE, clean: torch.Tensor, noisy: torch.Tensor, block: int,
+                 segment: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 logits (N, L, V) of the noisy copy under the [clean ; noisy] block layout (per item if packed)."""
     N, L = clean.shape
-    mask = layout_mask(L, block, clean.device)
+    mask = layout_mask(L, block, clean.device) if segment is None else packed_layout_mask(segment, block)
     hidden = model(torch.cat([clean, noisy], dim=1), mask=mask, positions=layout_positions(L, clean.device),
                    hidden_only=True)  # (N, 2L, H)
     return model.lm_head(hidden[:, L:]).float()
@@ -108,14 +128,15 @@ def noisy_logits(model: LLaDA2MoE, clean: torch.Tensor, noisy: torch.Tensor, blo
 
 @torch.no_grad()
 def self_draft(model: LLaDA2MoE, clean: torch.Tensor, noisy: torch.Tensor, masked: torch.Tensor,
-               block: int, gen_rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+               block: int, gen_rng: torch.Generator,
+               segment: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-turn forward: fill masks with the model's own argmax where p > a random threshold.
 
     Returns the drafted copy and bool (N, L) of positions still masked."""
     was_training = model.training
     model.eval()
     with torch.compiler.set_stance("force_eager"):  # compiled layers run eagerly here: no extra graph variants
-        probs = torch.softmax(noisy_logits(model, clean, noisy, block), dim=-1)
+        probs = torch.softmax(noisy_logits(model, clean, noisy, block, segment), dim=-1)
     model.train(was_training)
     p, x0 = probs.max(dim=-1)  # (N, L)
     tau = torch.rand(clean.shape[0], 1, generator=gen_rng, device=clean.device)
@@ -128,9 +149,9 @@ def diffusion_loss(model: LLaDA2MoE, batch: Batch, block: int, mask_id: int, cfg
     """Weighted cross-entropy of the originals at the noisy generated positions."""
     noisy, masked, replaced = corrupt(batch, block, mask_id, model.config.vocab_size, cfg, gen_rng)
     if multi_turn:
-        noisy, masked = self_draft(model, batch.ids, noisy, masked, block, gen_rng)
+        noisy, masked = self_draft(model, batch.ids, noisy, masked, block, gen_rng, batch.segment)
         replaced = (noisy != batch.ids) & ~masked
-    logits = noisy_logits(model, batch.ids, noisy, block)  # (N, L, V)
+    logits = noisy_logits(model, batch.ids, noisy, block, batch.segment)  # (N, L, V)
     ce = F.cross_entropy(logits.transpose(1, 2), batch.ids, reduction="none")  # (N, L)
     gen = batch.generated()
     weight = torch.where(masked | replaced, 1.0, cfg.keep_weight) * gen

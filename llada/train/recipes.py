@@ -48,6 +48,12 @@ class TrainingPreset:
     summary: str
     values: dict  # TrainConfig fields
     decoding: dict[str, dict]  # written as presets.json
+    knows: str = ""  # one line on what the trained model can do (model_info.json, shown by the playground)
+
+
+CODE_KNOWS = ("Writes short Python function bodies from a signature and docstring, and solves four tasks: "
+              "addition (317+985=), sorting digits (sort 73914=), reversing words (reverse red fox sun:) "
+              "and repeating a made-up name (def square(kelto):).")
 
 
 TRAINING_PRESETS: dict[str, TrainingPreset] = {
@@ -75,7 +81,16 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
              code_length=256, code_batch=128, task_batch=512, code_share=0.8, window_share=0.5,
              multi_turn=0.25, code_multi_turn=0.2, lr=3e-3, warmup=300, checkpoint_minutes=4.0,
              eval_n=50, code_n=48),
-        OFFICIAL_DECODING),
+        OFFICIAL_DECODING, CODE_KNOWS),
+    "cpu": TrainingPreset(
+        "the Python-writing model sized for a 2-core CPU: resumable, checkpoints every 5 minutes",
+        dict(out="runs/cpu", minutes=70.0, device="cpu", threads=2, sources=("stdlib", "site-packages"),
+             bpe_chars=8_000_000, vocab_size=2048, hidden=192, layers=4, heads=6, kv_heads=2, experts=16,
+             top_k=2, groups=4, topk_group=2, expert_width=96, dense_width=384, block_lengths=(32,),
+             code_length=128, code_batch=16, task_batch=32, code_share=0.8, window_share=0.3,
+             multi_turn=0.25, code_multi_turn=0.0, lr=2e-3, warmup=100, checkpoint_minutes=5.0,
+             eval_n=100, code_n=64, pack=True),
+        OFFICIAL_DECODING, CODE_KNOWS),
 }
 
 
