@@ -17,6 +17,7 @@ import gradio as gr
 from llada.presets import tau_text
 
 from .. import ASSETS, runs
+from ..knows import knows
 from ..settings import LIMITS, MODES, preset_values, presets_of
 
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
@@ -34,6 +35,11 @@ def presets_note(model_path: str | None) -> str:
         rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_text(v['editing_threshold'], '.2f')} · "
                     f"block {v['block_length']}")
     return "Presets of this model: " + " · ".join(rows)
+
+
+def knows_note(model_path: str | None) -> str:
+    """The line on what the chosen model knows (its model_info.json, else its model card)."""
+    return f"**What this model knows:** {knows(model_path).line}"
 
 
 def apply_mode(model_path, mode, with_block: bool = True) -> tuple:

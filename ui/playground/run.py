@@ -21,6 +21,7 @@ import gradio as gr
 from llada.trace import Trace
 
 from ..frame import Throttle, frame, problem
+from ..knows import knows, scope_hint
 from ..render import canvas, charts, tables
 from ..render.live import LiveCanvas, patch_value
 from ..runs import LiveRun, start
@@ -84,11 +85,11 @@ def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
     return frame(RunFrame, **values)
 
 
-def final_frame(trace: Trace, ghost: bool, error: str = "") -> RunFrame:
+def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "") -> RunFrame:
     """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
     return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
                  step=gr.update(maximum=max(trace.steps, 1), value=trace.steps), stats=tables.stats_line(trace),
-                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace), trace=trace,
+                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint), trace=trace,
                  heatmap=charts.confidence_figure(trace), **charts_of([(trace.mode, trace)]))
 
 
@@ -104,10 +105,10 @@ def generate_ui(models, prompt=None, model=None, ghost=False, **widgets):
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
         yield cleared(problem(err).html)
         return
-    yield from _stream(run, bool(ghost))
+    yield from _stream(run, bool(ghost), scope_hint(prompt, knows(model or models.default)))
 
 
-def _stream(run: LiveRun, ghost: bool):
+def _stream(run: LiveRun, ghost: bool, hint: str = ""):
     live, frames = LiveCanvas("canvas", ghost), Throttle(1 / CANVAS_FPS)
     chart_due = Throttle(1 / CHART_FPS, wait_first=True)  # charts of one point say nothing
     error = ""
@@ -123,7 +124,7 @@ def _stream(run: LiveRun, ghost: bool):
         run.close("stopped", told.text)
     finally:
         run.close()  # a closed tab or Stop closes this generator, and with it the engine's
-    yield final_frame(run.trace, ghost, error)
+    yield final_frame(run.trace, ghost, error, hint)
 
 
 def stopped_ui(trace: Trace | None, ghost) -> RunFrame:

@@ -34,9 +34,9 @@ def _wire_controls(c: SimpleNamespace) -> None:
     c.mode.input(controls.apply_mode, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
     for slider in (c.tau_mask, c.tau_edit, c.edit):
         slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
-    c.model.change(lambda path, mode: (controls.presets_note(path), gr.update(maximum=controls.gen_limit(path)),
-                                       *controls.apply_mode(path, mode)),
-                   [c.model, c.mode], [c.presets, c.gen_length, *_preset_outputs(c)], **PRIVATE, **REPLAY)
+    c.model.change(lambda path, mode: (controls.presets_note(path), controls.knows_note(path),
+                                       gr.update(maximum=controls.gen_limit(path)), *controls.apply_mode(path, mode)),
+                   [c.model, c.mode], [c.presets, c.knows, c.gen_length, *_preset_outputs(c)], **PRIVATE, **REPLAY)
 
 
 def _outputs(kind, parts: dict) -> list:
@@ -124,6 +124,7 @@ def wire_api(models: Models, a: SimpleNamespace, trace) -> None:
 def build(models: Models, trace, pair) -> SimpleNamespace:
     """The Playground tab (call inside its gr.Tab); returns its controls (the explorer sets some of them)."""
     c = SimpleNamespace()
+    c.knows = gr.Markdown(controls.knows_note(models.default), elem_id="model-knows")
     controls.prompt_bar(c)
     slot = gr.Column(elem_id="examples-slot")  # filled below, once the inputs the examples set exist
     v = view.run_view_area(c, models)

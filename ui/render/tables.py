@@ -65,10 +65,15 @@ def verdict(fast: tuple[str, Trace], careful: tuple[str, Trace]) -> str:
     return f"{a}: {speed} (TPF {ta.tpf:.2f} vs {tb.tpf:.2f}), {answer}"
 
 
-def output_note(trace: Trace | None) -> str:
-    """Why an output is empty or cut, in a sentence ('' when there is nothing to explain)."""
+def output_note(trace: Trace | None, hint: str = "") -> str:
+    """Why an output is empty, blank or cut, in a sentence, then `hint` (why a prompt may get no answer);
+    '' when there is nothing to explain."""
     if trace is None or trace.status == "running":
         return ""
+    return " ".join(part for part in (_output_why(trace), hint) if part)
+
+
+def _output_why(trace: Trace) -> str:
     ids, eos = trace.output_ids, trace.eos_id
     if trace.status == "stopped":
         why = f" ({trace.note})" if trace.note else ""
@@ -76,6 +81,10 @@ def output_note(trace: Trace | None) -> str:
     if ids == [eos] or not ids:
         return ("The model's first token was the end of text: it had nothing to add to this prompt. Try one of "
                 "the examples: they are in the formats the model was trained on.")
+    if not (trace.text or "").strip():
+        n = len([t for t in ids if t != eos])
+        return (f"The output is only whitespace ({n} token{'s' * (n != 1)} of spaces or line breaks): the model "
+                "found nothing it knows how to continue here.")
     if eos not in ids and len(ids) >= trace.gen_length:
         return (f"The output is cut at the generation length ({trace.gen_length} tokens) before the model ended "
                 "it: raise the generation length to see more.")
