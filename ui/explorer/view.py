@@ -22,7 +22,7 @@ from llada.eval.sweep_cache import SweepCache
 from llada.eval.tasks import TASKS
 
 from .. import ASSETS
-from ..frame import DECODE, PRIVATE, REPLAY
+from ..frame import DECODE, PRIVATE, REPLAY, Inputs
 from ..models import GPU_SECONDS, Models, on_gpu
 from ..render import pareto
 from ..settings import LIMITS, presets_of
@@ -77,25 +77,27 @@ def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: 
     mbe, block_length; model too when given); `tabs` is the Tabs holding the "playground" tab; `tab`, the
     explorer's own, shows the cached points when opened."""
     cache = SweepCache(cache_dir or os.environ.get(CACHE_ENV) or None)
-    settings = [p.model, p.tau_masks, p.tau_edits, p.mbe, p.tasks, p.n, p.block_length]
+    settings = Inputs(model_path=p.model, tau_masks=p.tau_masks, tau_edits=p.tau_edits, mbe=p.mbe, tasks=p.tasks,
+                      n=p.n, block_length=p.block_length)  # the names run_sweep and show_cached take
     outputs = [getattr(p, name) for name in ExplorerFrame._fields]
 
-    @on_gpu(seconds=lambda *_: GPU_SECONDS[1])  # the longest slot: finished points are cached if it runs out
-    def run(*args):
-        yield from run_sweep(models, cache, *args)
+    @on_gpu(seconds=lambda _: GPU_SECONDS[1])  # the longest slot: finished points are cached if it runs out
+    def run(data: dict):
+        yield from run_sweep(models, cache, **settings.values(data))
 
-    def cached(*args):
-        return show_cached(models, cache, *args)
+    def cached(data: dict):
+        return show_cached(models, cache, **settings.values(data))
 
-    def stopped(*args):
+    def stopped(data: dict):
         if SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):  # the cancelled sweep has closed: its last point is saved
             SWEEP_LOCK.release()
-        return show_cached(models, cache, *args, stopped=True)
+        return show_cached(models, cache, **settings.values(data), stopped=True)
 
-    event = p.run.click(run, settings, outputs, show_progress="minimal", **PRIVATE, **DECODE)
-    p.stop.click(None, None, None, cancels=[event]).then(stopped, settings, outputs, **PRIVATE, **REPLAY)
-    triggers = [p.model.change] + [c.input for c in settings[1:]] + ([tab.select] if tab is not None else [])
-    gr.on(triggers, cached, settings, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
+    event = p.run.click(run, settings.inputs, outputs, show_progress="minimal", **PRIVATE, **DECODE)
+    p.stop.click(None, None, None, cancels=[event]).then(stopped, settings.inputs, outputs, **PRIVATE, **REPLAY)
+    grid = [c for name, c in settings.components.items() if name != "model_path"]
+    triggers = [p.model.change] + [c.input for c in grid] + ([tab.select] if tab is not None else [])
+    gr.on(triggers, cached, settings.inputs, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
     _wire_loading(p, playground, tabs)
 
 
