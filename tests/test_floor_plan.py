@@ -18,9 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("llada", "ui")
 TABS = ("ui.playground", "ui.learn", "ui.explorer")
 WIRING = {"ui.demo", "app"}  # the only modules that put the tabs together
-# circles still to untangle, each named so that no other can join it: `llada.decode.decode` is a batch of
-# one (`llada.batch.BatchDecoder`, imported inside the function), and the batch drives decode's row loop
-KNOWN_CIRCLES = [["llada.batch", "llada.decode"]]
+KNOWN_CIRCLES: list[list[str]] = []  # circles still to untangle, each named so that no other can join it
 
 
 def module_name(path: Path) -> str:
