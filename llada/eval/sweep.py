@@ -31,7 +31,8 @@ from typing import Iterator, NamedTuple
 
 from ..budget import Budget
 from .sweep_cache import SweepCache
-from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, Cell, Point, SweepSpec, pareto_front, point_of
+from .humaneval_task import HumanEvalItem
+from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, TASK_SETS, Cell, Point, SweepSpec, pareto_front, point_of
 from .tally import Tally
 from .tasks import TASKS, Item
 from .sweep_report import format_table, to_csv, to_json
@@ -43,7 +44,10 @@ DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
 
 def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
     """Decode one item within `budget`; its tally and whether the budget cut it (a cut item counts wrong)."""
-    ids = pipe.encode(item.prompt)
+    if isinstance(item, HumanEvalItem):  # EvalPlus's prompt for this model, and room to write a program
+        item, ids, cfg = item.prepare(pipe, cfg)
+    else:
+        ids = pipe.encode(item.prompt)
     trace = pipe.new_trace(ids, cfg)
     bounded = budget.bound(pipe.stream(ids, cfg))
     for _ in trace.follow(bounded):
@@ -178,8 +182,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Sweep
     ap.add_argument("--tau-edit", default="off,0,0.5,0.9", help="comma list of τ_edit (off: editing off)")
     ap.add_argument("--mbe", default="off,on", help="MBE series: off, on or off,on")
     ap.add_argument("--presets", default=",".join(PRESETS), help="the model's presets to mark ('' for none)")
-    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
-    ap.add_argument("--n", type=int, default=10, help="items per task")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASK_SETS)}")
+    ap.add_argument("--n", type=int, default=10, help="items per task (humaneval+: its first n problems)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", choices=("eval", "train"), default="eval")
     ap.add_argument("--block-length", type=int, default=None, help="the grid's block length (default: S's)")

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from llada.eval.sweep_cache import SweepCache
+from llada.eval.sweep_grid import TASK_SETS
 from llada.eval.tasks import TASKS
 
 from .. import ASSETS
@@ -50,7 +51,9 @@ def build_view(models: Models, defaults: dict | None = None) -> SimpleNamespace:
                 with gr.Accordion("Model, tasks, items and block length", open=False, elem_id="explorer-more"):
                     p.model = gr.Dropdown(models.choices(), value=models.default, label="Model",
                                           elem_id="explorer-model")
-                    p.tasks = gr.CheckboxGroup(list(TASKS), value=d["tasks"], label="tasks (held-out items)",
+                    p.tasks = gr.CheckboxGroup(list(TASK_SETS), value=d["tasks"], label="tasks (held-out items)",
+                                               info="humaneval+: the first n HumanEval+ problems, each program "
+                                                    "checked in a sandbox (up to 512 tokens per decode)",
                                                elem_id="explorer-tasks")
                     p.n = gr.Slider(*N_LIMITS, value=d["n"], step=1, label="items per task", elem_id="explorer-n")
                     p.block_length = gr.Slider(*LIMITS["block_length"], value=d["block_length"], step=4,
