@@ -118,3 +118,14 @@ def test_tuner_skips_what_does_not_fit_or_fails_and_never_stops(monkeypatch):
     assert any("shared memory" in r for r in reasons) and any("planted" in r for r in reasons)
     assert row["candidates"] and all(configs.fits(MoEConfig(**c["config"]), small) for c in row["candidates"])
     assert len(row["candidates"]) == 1 and len(row["skipped"]) == 2
+
+
+def test_fp8_kernels_are_refused_before_compiling_on_a_gpu_without_fp8(monkeypatch):
+    from llada.kernels import devices
+
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[80])  # an A100 answers
+    with pytest.raises(RuntimeError, match="compute capability 8.9 or later; NVIDIA A100.* is sm80"):
+        devices.require_fp8(torch.device("cuda"))
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[89])
+    devices.require_fp8(torch.device("cuda"))  # an L4 has FP8
+    devices.require_fp8(torch.device("cpu"))  # the interpreter: no GPU to ask

@@ -50,3 +50,13 @@ def spec_of(device: torch.device | int | None = None) -> DeviceSpec:
     arch = 10 * props.major + props.minor
     smem = getattr(props, "shared_memory_per_block_optin", 0) or SMEM_BY_ARCH.get(arch, 101_376)
     return DeviceSpec(props.name, arch, props.multi_processor_count, int(smem))
+
+
+def require_fp8(device: torch.device) -> None:
+    """Refuse, before anything compiles, to run an FP8 kernel on a CUDA GPU without FP8 (sm80, sm86)."""
+    if device.type != "cuda":
+        return
+    spec = spec_of(device)
+    if not spec.fp8:
+        raise RuntimeError(f"FP8 kernels need a GPU of compute capability 8.9 or later; {spec.name} is "
+                           f"sm{spec.arch}: keep the weights in bf16 there (the fast engine runs bf16 experts)")
