@@ -39,21 +39,21 @@ SHARE_TARGET = 0.70  # the MoE layer at M = 32 streams its weights at >= 70% of 
 
 def commands(parts: Path, fp8: bool = True) -> dict[str, list[str]]:
     """The command line of each step (run from the repository root); without FP8 (sm80, sm86) the
-    FP8 kernel bench and tuner are left out and the forward and decode run bf16 experts."""
+    tuner, the layer bench, the forward and the decode run bf16 experts."""
     py = [sys.executable]
     quantize = ["--quantize", "fp8" if fp8 else "none"]
-    steps = {
+    weights = ["--weights", "fp8" if fp8 else "bf16"]
+    return {
         "self-check": py + ["-m", "llada.bench.gpu_check", "--self-check-only", str(parts / "self-check.json")],
         "tests": py + ["-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
-        "tune": py + ["-m", "llada.bench", "kernels", "--tune", "--tokens", "1", "8", "32", "128", "512",
+        "tune": py + ["-m", "llada.bench", "kernels", "--tune", *weights, "--tokens", "1", "8", "32", "128", "512",
                       "--out", str(parts / "kernels-tune.json")],
-        "kernels": py + ["-m", "llada.bench", "kernels", "--out", str(parts / "kernels.json")],
+        "kernels": py + ["-m", "llada.bench", "kernels", *weights, "--out", str(parts / "kernels.json")],
         "forward": py + ["-m", "llada.bench", "forward", "--shape", "llada2.1-mini", "--random-weights", *quantize,
                          "--out", str(parts / "forward.json")],
         "decode": py + ["-m", "llada.bench", "decode", "--shape", "llada2.1-mini", *quantize, "--gen-lengths", "256",
                         "--forward", "dynamic", "graph", "--out", str(parts / "decode.json")],
     }
-    return steps if fp8 else {k: v for k, v in steps.items() if k not in ("tune", "kernels")}
 
 
 def run_step(name: str, argv: list[str], timeout: float) -> dict:
@@ -164,8 +164,7 @@ def main(argv: list[str]) -> int:
               f"{torch.__version__}); --plan lists what it would run", file=sys.stderr)
         return 2
     if not fp8:
-        print("[gpu-check] this GPU has no FP8 (sm80 / sm86): the FP8 kernel bench and tuner are left out, "
-              "the forward and decode run bf16 experts", file=sys.stderr)
+        print("[gpu-check] this GPU has no FP8 (sm80 / sm86): every step runs bf16 experts", file=sys.stderr)
     return _run_all(steps, out, parts_dir, args.step_timeout)
 
 
