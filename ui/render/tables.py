@@ -9,7 +9,7 @@ from html import escape
 
 import pandas as pd
 
-from llada.eval.check import expected_answer
+from llada.data.check import expected_answer
 from llada.trace import Trace
 
 from .canvas import text

@@ -1,4 +1,4 @@
-"""Is a free prompt one of the checkable tasks? Then its one right answer (see `llada.eval.tasks`).
+"""Is a free prompt one of the checkable tasks? Then its one right answer (see `llada.data.tasks`).
 
     expected_answer("317+985=")            -> "1302"
     expected_answer("sort 73914=")         -> "13479"
