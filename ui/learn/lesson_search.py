@@ -57,7 +57,7 @@ class Runner:
         key = (item.prompt, spec)
         if key not in self.cache:
             trace = run_trace(self.pipe, item.prompt, spec, self.gen_length)
-            right = None if item.task == "code" else trace.text == item.answer
+            right = None if item.task == "code" else item.check(trace.text)
             self.cache[key] = Outcome(right, trace.forwards, trace.tpf, trace.drafts, trace.edits, trace.mbe_edits,
                                       parallel_drafts(trace), trace.text or "")
         return self.cache[key]
