@@ -6,7 +6,7 @@
 
 On a ZeroGPU Space every offered model is loaded here, at start, in the main process, and moved to
 `cuda` (ZeroGPU's pattern; see ui/models.py); elsewhere the default model loads in the background.
-This file only wires: components and events live in ui/layout.py, renderers in ui/, the engine in llada/.
+This file only launches: the page is ui/demo.py (each tab in its folder of ui/), the engine is llada/.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ except ImportError:  # not a Space: nothing to patch
 
 import argparse  # noqa: E402
 
-from ui.layout import LOOK, build_demo  # noqa: E402
+from ui.demo import LOOK, build_demo  # noqa: E402
 from ui.models import Models, model_dirs  # noqa: E402
 
 QUEUE = {"max_size": 64, "default_concurrency_limit": 8}

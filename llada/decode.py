@@ -11,6 +11,10 @@ The KV cache holds finished blocks (those that left the MBE window), computed fr
 tokens: when a block's last forward already saw them its keys/values are committed as they are,
 otherwise one `cache` forward recomputes them. Forwards that only fill the cache are `cache` records.
 
+The loop of one run (`loop`) is a generator that asks for each forward (`Forward`) and is sent its
+logits; `BatchDecoder` drives the loops of many runs (rows) so that one row-batched model call serves
+them all (`llada.batch`: every row's trace is bit for bit its trace alone). A run alone is a batch of one.
+
 `decode()` checks its inputs before it returns the generator (one `try` around the call is enough);
 `generate()` drains it into a `Trace`. Inference mode is entered per forward, never across a `yield`,
 so a run can be stepped from any thread and interleaved with another.
@@ -24,6 +28,8 @@ forward never waits for the host (`graph_ready`: FP8 experts on the Triton kerne
 from __future__ import annotations
 
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Generator, Iterator, NamedTuple
 
 import torch
@@ -177,13 +183,107 @@ def loop(run: _Run) -> Loop:
             break
 
 
+@dataclass
+class _Row:
+    index: int
+    run: _Run
+    loop: Loop
+    ask: Forward | None = None  # the forward this row waits for
+    started: bool = False
+
+
+@dataclass
+class BatchDecoder:
+    """Rows decoded together; `step()` runs one round, iterating runs rounds until every row is done."""
+
+    model: LLaDA2MoE
+    mask_id: int
+    eos_id: int
+    max_batch: int | None = None  # rows decoded at once (None: all); more rows wait for a free slot
+    forward: str = "auto"  # the forward path (see `llada.decode`); static and graph need max_batch=1
+    waiting: deque = field(default_factory=deque)
+    active: list[_Row] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)  # rows finished so far, in order
+    rows: int = 0  # rows added so far (the next row's index)
+
+    def __post_init__(self) -> None:
+        if self.max_batch is not None and (isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int)
+                                           or self.max_batch < 1):
+            raise ValueError(f"max_batch must be a positive integer or None, got {self.max_batch!r}")
+        if self.forward in ("static", "graph") and self.max_batch != 1:
+            raise ValueError(f"forward={self.forward!r} decodes one run at a time: use max_batch=1 or 'dynamic'")
+
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig) -> int:
+        """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit."""
+        check_prompt(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
+        forward = self.forward if self.max_batch == 1 or self.forward != "auto" else "dynamic"
+        resolve_forward(forward, self.model, cfg)
+        run = _Run(self.model, [int(t) for t in prompt_ids], cfg, self.mask_id, self.eos_id, forward)
+        index, self.rows = self.rows, self.rows + 1
+        self.waiting.append(_Row(index, run, loop(run)))
+        return index
+
+    def drop(self, index: int) -> None:
+        """Stop a row now (a waiting one never starts); its records so far stay valid."""
+        for row in list(self.active):
+            if row.index == index:
+                row.loop.close()
+                self.active.remove(row)
+                self.done.append(index)
+        for row in list(self.waiting):
+            if row.index == index:
+                self.waiting.remove(row)
+                self.done.append(index)
+
+    @property
+    def finished(self) -> bool:
+        return not self.active and not self.waiting
+
+    def step(self) -> list[tuple[int, StepRecord]]:
+        """One round: every active row up to its next forward, one shared forward, every row's decision."""
+        now = time.perf_counter()
+        out: list[tuple[int, StepRecord]] = []
+        for row in self.active:
+            row.run.resumed = now
+        self._advance(list(self.active), out)
+        while self.waiting and (self.max_batch is None or len(self.active) < self.max_batch):
+            row = self.waiting.popleft()
+            row.run.resumed = now
+            self.active.append(row)
+            self._advance([row], out)
+        if self.active:
+            logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active])
+            for row, rows_logits in zip(self.active, logits):
+                row.ask = None
+                out.append((row.index, row.loop.send(rows_logits)))  # the record of that forward
+        return out
+
+    def _advance(self, rows: list[_Row], out: list[tuple[int, StepRecord]]) -> None:
+        """Run each row's loop until it asks for a forward (records on the way go to `out`) or ends."""
+        for row in rows:
+            while row.ask is None:
+                try:
+                    item = row.loop.send(None) if row.started else next(row.loop)
+                except StopIteration:
+                    self.active.remove(row)
+                    self.done.append(row.index)
+                    break
+                row.started = True
+                if isinstance(item, Forward):
+                    row.ask = item
+                else:
+                    out.append((row.index, item))
+
+    def __iter__(self) -> Iterator[tuple[int, StepRecord]]:
+        while not self.finished:
+            yield from self.step()
+
+
 def decode(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int,
            eos_id: int, forward: str = "auto") -> Iterator[StepRecord]:
     """Check the inputs now, then return the generator of the run's records (decode and cache forwards).
 
-    A batch of one: the loop of `llada.batch.BatchDecoder`, which shares forwards between rows."""
-    from .batch import BatchDecoder
-
+    A batch of one (`BatchDecoder`, which shares forwards between rows)."""
     batch = BatchDecoder(model, mask_id, eos_id, max_batch=1, forward=forward)
     batch.add(prompt_ids, cfg)
 

@@ -2,7 +2,7 @@
 
 The app here is a gr.Blocks with the explorer's tab beside a stand-in playground tab (real components with
 the playground's elem_ids: #mode, #tau-mask, #edit-on, #tau-edit, #mbe, #block-length, #model), wired by
-`ui.explorer.wire` exactly as the playground wires it. Needs the Debian `chromium` package at
+`ui.explorer.view.wire` exactly as ui/demo.py wires it. Needs the Debian `chromium` package at
 /usr/bin/chromium and Python Playwright; without them the module skips with the reason, except under CI
 (CI=true), where a missing browser is a failure. Screenshots go to tests/artifacts/ (not versioned).
 """
@@ -19,7 +19,7 @@ import pytest
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 
 from ui_helpers import free_port  # noqa: E402
-from ui.layout import LOOK  # noqa: E402
+from ui.demo import LOOK  # noqa: E402
 
 
 GRID = {"tau_masks": ["0.5", "0.9"], "tau_edits": ["off", "0.5"], "tasks": ["add"], "n": 1, "block_length": 8}
@@ -28,12 +28,12 @@ FAST_PRESETS = {mode: {"block_length": 8, "max_post_steps": 2} for mode in ("S",
 
 
 def explorer_app(model_dir: Path, cache_dir: Path):
-    """Tabs: a stand-in playground (the real elem_ids) and the explorer, wired as ui/layout.py wires it."""
+    """Tabs: a stand-in playground (the real elem_ids) and the explorer, wired as ui/demo.py wires it."""
     import gradio as gr
 
-    from ui import explorer
+    from ui.explorer import view as explorer
     from ui.models import Models
-    from ui.runs import MODES
+    from ui.settings import MODES
 
     models = Models([str(model_dir)])
     with gr.Blocks(title="explorer test") as demo:
@@ -43,7 +43,7 @@ def explorer_app(model_dir: Path, cache_dir: Path):
                     model=gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model"),
                     mode=gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode"),
                     tau_mask=gr.Slider(0, 1, value=0.5, step=0.01, label="τ_mask", elem_id="tau-mask"),
-                    edit_on=gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on"),
+                    edit=gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on"),
                     tau_edit=gr.Slider(0, 1, value=0.0, step=0.01, label="τ_edit", elem_id="tau-edit"),
                     mbe=gr.Checkbox(value=False, label="MBE", elem_id="mbe"),
                     block_length=gr.Slider(4, 128, value=32, step=4, label="block length", elem_id="block-length"))
@@ -93,7 +93,7 @@ def open_more(page) -> None:
     """Open the accordion that holds the model, tasks, items and block length."""
     if not page.locator("#explorer-n").is_visible():
         page.get_by_text("Model, tasks, items and block length").click()
-        page.wait_for_selector("#explorer-n", state="visible", timeout=10_000)
+        page.wait_for_selector("#explorer-n", state="visible", timeout=60_000)
 
 
 def set_number(page, elem_id: str, value) -> None:
@@ -127,7 +127,7 @@ def measured(page) -> None:
 def chart_points(page) -> list[list]:
     """[x, y, settings] of every marker of the chart (the front lines excluded), once Plotly has drawn them."""
     page.wait_for_function("(document.querySelector('#explorer-chart .js-plotly-plot') || {}).data?.length > 0",
-                           timeout=20_000)
+                           timeout=60_000)
     return page.evaluate("""() => document.querySelector('#explorer-chart .js-plotly-plot').data
         .filter(t => t.mode !== 'lines').flatMap(t => t.x.map((x, k) => [x, t.y[k], t.customdata[k]]))""")
 
@@ -165,9 +165,9 @@ def test_a_table_row_loads_its_settings_into_the_playground(browser, app_url):
     cells = row.locator("[role=gridcell]").all_inner_texts()
     tau_mask, tau_edit, block = cells[2].strip(), cells[3].strip(), cells[4].strip()
     row.locator("[role=gridcell]").nth(2).click()
-    page.wait_for_selector("#tau-mask", state="visible", timeout=20_000)  # the playground tab is shown
+    page.wait_for_selector("#tau-mask", state="visible", timeout=60_000)  # the playground tab is shown
     page.wait_for_function(f"document.querySelector('#tau-mask input[type=number]').value == '{tau_mask}'",
-                           timeout=20_000)
+                           timeout=60_000)
     assert page.locator("#tau-edit input[type=number]").input_value() == tau_edit
     assert page.locator("#block-length input[type=number]").input_value() == block
     assert page.locator("#mbe input").is_checked() and page.locator("#edit-on input").is_checked()
@@ -192,8 +192,8 @@ def test_a_chart_click_loads_its_point(browser, app_url):
     tau_mask, tau_edit, mbe, block = where["settings"]
     page.mouse.move(where["x"], where["y"])
     page.mouse.click(where["x"], where["y"])
-    page.wait_for_selector("#tau-mask", state="visible", timeout=20_000)
-    page.wait_for_function("document.querySelector('#mode input[value=\"Custom\"]').checked", timeout=20_000)
+    page.wait_for_selector("#tau-mask", state="visible", timeout=60_000)
+    page.wait_for_function("document.querySelector('#mode input[value=\"Custom\"]').checked", timeout=60_000)
     assert float(page.locator("#tau-mask input[type=number]").input_value()) == tau_mask
     assert page.locator("#edit-on input").is_checked() == (tau_edit != "off")
     assert page.locator("#mbe input").is_checked() == mbe
@@ -223,6 +223,7 @@ def test_screenshots(browser, app_url, dark):
     theme = "dark" if dark else "light"
     page.screenshot(path=str(ARTIFACTS / f"explorer-desktop-{theme}.png"), full_page=True)
     page.set_viewport_size(VIEWPORTS["phone"])
-    page.wait_for_timeout(500)  # Plotly resizes the chart to the new width
+    page.wait_for_function("document.querySelector('#explorer-chart .main-svg').getBoundingClientRect().width"
+                           " <= window.innerWidth", timeout=60_000)  # Plotly resizes the chart to the new width
     page.screenshot(path=str(ARTIFACTS / f"explorer-phone-{theme}.png"), full_page=True)
     page.close()

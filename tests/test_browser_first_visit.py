@@ -69,12 +69,12 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     output = page.input_value("#output textarea")
     assert output == "    tuyul = tuyul + 1\n    return tuyul\n"  # the shipped model's answer, S mode
     # the slow replay starts from step 0 and walks forward on its own
-    page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 1", timeout=20_000)
+    page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 1", timeout=60_000)
     box = page.locator("#canvas").bounding_box()
     assert box["y"] < page.evaluate("window.scrollY + window.innerHeight")  # the canvas is in view
     ink, paper = luminance(page, "#canvas", "color"), luminance(page, "#canvas", "backgroundColor")
     assert (ink > paper + 0.4) if theme == "dark" else (paper > ink + 0.4)  # text reads on its card
-    page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=20_000)
+    page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=60_000)
     assert "1,024 forwards per run and 30 s per request" in page.inner_text("#budget-note")  # the shipped budget
     page.screenshot(path=str(ARTIFACTS / f"first-visit-{viewport}-{theme}.png"))
     page.close()
@@ -106,7 +106,7 @@ def test_keyboard_unicode_and_typed_ranges(browser, app_url):
     box = page.locator("#gen-length input[type=number]")
     box.fill("5000")
     box.press("Enter")
-    page.wait_for_selector("#range-note:not([hidden])", timeout=10_000)
+    page.wait_for_selector("#range-note:not([hidden])", timeout=60_000)
     assert "5000 is outside the allowed range" in page.inner_text("#range-note")
     page.close()
 
@@ -128,8 +128,8 @@ def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
     page.screenshot(path=str(ARTIFACTS / "explorer-shipped-model.png"), full_page=True)
     row = page.locator("#explorer-table .virtual-row").filter(has_text="Q").first  # the model's Q preset
     row.locator("[role=gridcell]").nth(2).click()
-    page.wait_for_selector("#tau-mask", state="visible", timeout=20_000)  # back on the playground
-    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.9'", timeout=20_000)
+    page.wait_for_selector("#tau-mask", state="visible", timeout=60_000)  # back on the playground
+    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.9'", timeout=60_000)
     assert page.locator("#block-length input[type=number]").input_value() == "16"  # Q's own block
     assert page.locator("#mode input[value='Custom']").is_checked()
     page.close()

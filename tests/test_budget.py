@@ -9,10 +9,10 @@ import pytest
 
 from llada.budget import Budget
 from llada.eval import sweep as sw
-from llada.eval.tasks import Item
+from llada.data.tasks import Item
 from llada.pipeline import Pipeline
-from ui import runs
-from ui.runs import check_request, drain, start
+from ui.runs import drain, start
+from ui.settings import check_request
 
 PROMPT = "def add(a, b):"
 
@@ -78,13 +78,13 @@ def test_a_budget_that_allows_nothing_is_refused(bad):
 # ---- the playground's runs -----------------------------------------------------------------------------------
 
 def forwards_needed(pipe) -> int:
-    req = check_request(PROMPT, "S", block_length=8, gen_length=16)
-    return pipe.generate(pipe.encode(PROMPT), runs.decode_config(pipe, req)).forwards
+    req = check_request(pipe.presets, PROMPT, "S", block_length=8, gen_length=16)
+    return pipe.generate(pipe.encode(PROMPT), req.settings.config).forwards
 
 
 def test_a_run_that_ends_on_its_last_allowed_forward_is_done(pipe):
     n = forwards_needed(pipe)
-    req = check_request(PROMPT, "S", block_length=8, gen_length=16)
+    req = check_request(pipe.presets, PROMPT, "S", block_length=8, gen_length=16)
     done = drain(start(pipe, req, Budget(forwards=n, seconds=600)))
     assert (done.status, done.forwards, done.note) == ("done", n, "")
     cut = drain(start(pipe, req, Budget(forwards=n - 1, seconds=600)))
@@ -93,7 +93,7 @@ def test_a_run_that_ends_on_its_last_allowed_forward_is_done(pipe):
 
 
 def test_the_wall_clock_budget_stops_a_run(pipe):
-    req = check_request(PROMPT, "S", block_length=8, gen_length=64)
+    req = check_request(pipe.presets, PROMPT, "S", block_length=8, gen_length=64)
     assert forwards_needed(pipe) > 1
     trace = drain(start(pipe, req, Budget(forwards=1000, seconds=0.0)))  # any forward takes more than 0 s
     assert trace.status == "stopped" and trace.forwards == 1

@@ -9,7 +9,7 @@ import pytest
 
 from llada.config import DecodeConfig
 from llada.trace import Change, StepRecord, Trace
-from ui import canvas
+from ui.render import canvas
 from ui_helpers import HTML, NL, TEXTS, hand_trace
 
 

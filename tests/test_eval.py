@@ -50,7 +50,7 @@ def test_overall_numbers_weigh_tasks_equally_and_tokens_by_forward():
 
 
 def test_an_item_is_scored_by_exact_match_of_its_answer(pipe):
-    from llada.eval.tasks import Item
+    from llada.data.tasks import Item
 
     item = Item("add", "1+1=", "2")
     assert evaluation.score_item(pipe, item, evaluation.mode_config(pipe, "S", 8)).correct == 0
@@ -111,11 +111,13 @@ def test_code_track_has_its_json_shape(pipe, held_out):
 
 def test_code_track_scores_what_the_model_wrote(pipe, held_out, monkeypatch):
     """Completions: the true body for the first item, a name out of scope for the second, junk for the rest."""
-    def complete(pipe_, item, cfg):
-        text = {0: item.body, 1: "    return undefined_name\n"}.get(held_out.index(item), "    return (\n")
-        return text, pipe_.generate(pipe_.encode(item.prompt), cfg)
+    decode = codetrack.decode_texts
 
-    monkeypatch.setattr(codetrack, "complete", complete)
+    def decode_texts(pipe_, prompts, cfg, batch):
+        fake = [{0: item.body, 1: "    return undefined_name\n"}.get(i, "    return (\n") for i, item in enumerate(held_out)]
+        return [(text, trace, s) for text, (_, trace, s) in zip(fake, decode(pipe_, prompts, cfg, batch))]
+
+    monkeypatch.setattr(codetrack, "decode_texts", decode_texts)
     mode = codetrack.evaluate_code(pipe, held_out, modes=["Q"], gen_length=8, progress=False)["modes"]["Q"]
     assert mode["parses"] == 2 / 5 and mode["in_scope"] == 1 / 5
 

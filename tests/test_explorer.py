@@ -10,7 +10,8 @@ import pytest
 
 from llada.eval.sweep import Cell, Point, Progress, engine_of, pareto_front
 from llada.eval.sweep_cache import SweepCache
-from ui import explorer, pareto
+from ui.explorer import sweeps as explorer, view
+from ui.render import pareto
 from ui.models import Models
 
 
@@ -97,8 +98,8 @@ def test_settings_that_are_not_a_point_are_refused(values):
 
 
 def test_a_point_loads_into_the_playground_as_custom():
-    mode, tau_mask, edit_on, tau_edit, mbe, block, tabs = explorer.load_point([0.3, "off", True, 16], False, "m")
-    assert (mode, tau_mask, edit_on, mbe, block) == ("Custom", 0.3, False, True, 16)
+    mode, tau_mask, edit, tau_edit, mbe, block, tabs = explorer.load_point([0.3, "off", True, 16], False, "m")
+    assert (mode, tau_mask, edit, mbe, block) == ("Custom", 0.3, False, True, 16)
     assert isinstance(tau_edit, type(gr.skip())) and tabs.selected == "playground"  # editing off keeps τ_edit
     updates = explorer.load_point(["MBE off", "Q", "0.9", "0.5", "16", "97.0"], True, "models/a")
     assert updates[:6] == ("Custom", 0.9, True, 0.5, False, 16) and updates[-1] == "models/a"
@@ -189,16 +190,16 @@ def test_refused_settings_and_models_are_explained(models, tmp_path):
 def test_the_sweep_runs_in_the_playgrounds_decode_group_and_stop_cancels_it(models, tmp_path):
     from types import SimpleNamespace
 
-    from ui.events import DECODE_CONCURRENCY
+    from ui.frame import DECODE_CONCURRENCY
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
             with gr.Tab("Playground", id="playground"):
-                pg = SimpleNamespace(mode=gr.Radio(["S", "Custom"]), tau_mask=gr.Slider(), edit_on=gr.Checkbox(),
+                pg = SimpleNamespace(mode=gr.Radio(["S", "Custom"]), tau_mask=gr.Slider(), edit=gr.Checkbox(),
                                      tau_edit=gr.Slider(), mbe=gr.Checkbox(), block_length=gr.Slider(4, 128))
             with gr.Tab("Score | TPF", id="explorer"):
-                parts = explorer.build_view(models)
-        explorer.wire(models, parts, pg, tabs, cache_dir=tmp_path)
+                parts = view.build_view(models)
+        view.wire(models, parts, pg, tabs, cache_dir=tmp_path)
     fns = {fn.name: fn for fn in demo.fns.values()}
     run = fns["run"]
     assert (run.concurrency_id, run.concurrency_limit) == ("decode", DECODE_CONCURRENCY)

@@ -1,16 +1,17 @@
 """The Learn view without a browser: narration of known steps, what each lesson must show, the shipped
-recordings (each shows its idea, and `python -m ui.record` reproduces them byte for byte), the recorder's
-command line, and the view's renderers."""
+recordings (each shows its idea, and `python -m ui.learn.record` reproduces them: every token and step, each
+confidence to its 4th digit), the recorder's command line, and the view's renderers."""
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
 from llada.trace import Change, Trace
-from ui import learn, record
-from ui.learn import Recording, problems
-from ui.narrate import narrate, p_text, story, token_list, token_text
+from ui.learn import lessons, record, view as learn
+from ui.learn.lessons import Recording, problems
+from ui.render.narrate import narrate, p_text, story, token_list, token_text
 from ui_helpers import hand_trace
 
 IDEAS = ("draft", "edit", "modes", "mbe", "baseline")
@@ -110,21 +111,21 @@ def test_problems_name_what_a_lesson_fails_to_show():
 
 def test_a_bare_trace_is_a_one_run_lesson_and_bad_files_load_as_none(tmp_path):
     t = hand_trace()
-    rec = learn.as_recording("a run", t)
+    rec = lessons.as_recording("a run", t)
     assert rec.title == "a run" and rec.runs == (t,) and rec.right(t) is None
     bad = tmp_path / "bad.json"
     for text in ("{", '{"runs": []}', '{"lessons": [{"title": "x"}]}'):
         bad.write_text(text)
-        assert learn.load_recordings(bad) == {}
-    assert learn.load_recordings(tmp_path / "missing.json") == {}
+        assert lessons.load_recordings(bad) == {}
+    assert lessons.load_recordings(tmp_path / "missing.json") == {}
 
 
 # ---- the shipped recordings ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, Recording]:
-    recordings = learn.load_recordings()
-    assert recordings, f"{learn.RECORDING} is missing or unreadable: run python -m ui.record"
+    recordings = lessons.load_recordings()
+    assert recordings, f"{lessons.RECORDING} is missing or unreadable: run python -m ui.learn.record"
     return recordings
 
 
@@ -145,13 +146,38 @@ def test_each_idea_has_a_lesson_that_shows_it(shipped):
 
 
 def test_the_shipped_recordings_are_small():
-    assert learn.RECORDING.stat().st_size < 120_000  # the Space ships it; a few lessons need no more
+    assert lessons.RECORDING.stat().st_size < 120_000  # the Space ships it; a few lessons need no more
+
+
+def differences(a, b, where: str = "") -> list[str]:
+    """Where two recordings differ: ints, text and structure exactly; a confidence by more than one unit of
+    its 4th digit (another CPU's matmul order can carry a p of 0.99995 across a rounding edge)."""
+    if isinstance(a, float) or isinstance(b, float):
+        ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= 1.5e-4
+        return [] if ok else [f"{where}: {a!r} != {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return [f"{where}: keys {list(a)} != {list(b)}"]
+        return [d for k in a for d in differences(a[k], b[k], f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{where}: {len(a)} items != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b and type(a) is type(b) else [f"{where}: {a!r} != {b!r}"]
 
 
 def test_record_reproduces_the_shipped_file(tmp_path):
     out = tmp_path / "learn.json"
     assert record.main(["--out", str(out)]) == 0  # 0: every lesson shows its idea
-    assert out.read_bytes() == learn.RECORDING.read_bytes()
+    made, shipped = (json.loads(p.read_text(encoding="utf-8")) for p in (out, lessons.RECORDING))
+    assert differences(made, shipped) == []  # every token, step, forward and text; p to its 4th digit
+
+
+def test_the_comparison_of_recordings_bites():
+    assert differences({"p": [0.9999, 3]}, {"p": [1.0, 3]}) == []
+    assert differences({"p": [0.9997, 3]}, {"p": [1.0, 3]}) and differences({"p": [1.0, 3]}, {"p": [1.0, 4]})
+    assert differences({"t": "a"}, {"t": "b"}) and differences([1], [1, 2]) and differences({"a": 1}, {"b": 1})
+    assert differences({"n": 1}, {"n": 1.0}) == [] and differences({"n": True}, {"n": 1})
 
 
 # ---- the recorder's command line -------------------------------------------------------------------------
@@ -162,7 +188,7 @@ def test_record_a_custom_lesson(tiny_model_dir, tmp_path, capsys):
             "S+MBE", "--block-length", "8", "--gen-length", "8"]
     assert record.main(args) == 0
     first = out.read_bytes()
-    (rec,) = learn.load_recordings(out).values()
+    (rec,) = lessons.load_recordings(out).values()
     assert [Recording.run_name(t) for t in rec.runs] == ["Q", "S + MBE"]
     assert rec.runs[1].settings.mbe and rec.runs[1].settings.block_length == 8
     assert all(r.seconds == 0.0 for t in rec.runs for r in t.records)  # no timings: the file is reproducible
@@ -181,7 +207,7 @@ def test_record_refuses_an_unknown_run(tmp_path, capsys):
 # ---- the view's renderers --------------------------------------------------------------------------------
 
 def test_narration_html_escapes_tokens_and_marks_the_current_step():
-    rec = learn.as_recording("hand", hand_trace())
+    rec = lessons.as_recording("hand", hand_trace())
     html = learn.narration_html(rec, 2)
     assert "<img" not in html and "&lt;img" in html
     assert 'data-step="2"' in html and '<li value="2" class="here">' in html
@@ -198,5 +224,5 @@ def test_a_pair_renders_two_canvases_and_compares_them():
     assert "<b>Q</b> · Step 2" in learn.narration_html(pair, 2)
     stats = learn.stats_html(pair)
     assert "S needs 2.0× fewer forwards (3 vs 6" in stats and "Q is wrong, S is wrong" in stats
-    single = learn.canvases(learn.as_recording("one", t), 1)
+    single = learn.canvases(lessons.as_recording("one", t), 1)
     assert 'class="canvas empty"' in single[1]

@@ -68,13 +68,13 @@ def test_training_writes_exactly_what_the_shipped_model_has():
 
 def test_pipeline_cli_and_api_follow_one_rule(tiny_model_dir):
     from llada.__main__ import build_parser, decode_config
-    from ui.runs import check_request, decode_config as ui_config
+    from ui.settings import check_request
 
     pipe = Pipeline.load(tiny_model_dir)
     args = build_parser().parse_args(["generate", "--model", "m", "--prompt", "x", "--mode", "Q", "--threshold",
                                       "0.6"])
     cli = decode_config(pipe, args)
-    api = ui_config(pipe, check_request("x", "Q", tau_mask=0.6, gen_length=128))
+    api = check_request(pipe.presets, "x", "Q", tau_mask=0.6, gen_length=128).settings.config
     assert cli == api == pipe.config("Q", threshold=0.6, gen_length=128)
-    named = ui_config(pipe, check_request("x", "Q", gen_length=128))  # no explicit threshold: the mode's
+    named = check_request(pipe.presets, "x", "Q", gen_length=128).settings.config  # no explicit threshold: the mode's
     assert named == pipe.config("Q", gen_length=128)

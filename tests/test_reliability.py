@@ -131,18 +131,18 @@ def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app,
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=600, seconds=8.0))  # the app reads it per request
     t0 = time.monotonic()
     big = client.submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, api_name="/generate")  # 1 token per forward
-    while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 30:
+    while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 120:
         time.sleep(0.05)
     short_client = gradio_client.Client(app, verbose=False)
     t1 = time.monotonic()
     short_client.predict(*OK, api_name="/generate")
     short = time.monotonic() - t1
-    _, stats = big.result(timeout=60)
+    _, stats = big.result(timeout=120)
     total = time.monotonic() - t0
     print(f"\nmaximal request: {stats['forwards']} forwards, {stats['status']} ({stats['note']}) in {total:.1f} s; "
           f"a short request beside it took {short:.2f} s")
     assert stats["status"] == "stopped" and stats["note"].startswith("budget reached")
-    assert stats["forwards"] <= 600 and total < 8.0 + 20  # the budget, plus start-up and a loaded machine
+    assert stats["forwards"] <= 600 and total < 8.0 + 60  # the budget, plus start-up and a loaded machine
     assert short < 8.0  # it ran beside the long one, not after it
 
 
@@ -155,18 +155,19 @@ def test_a_dropped_client_stops_its_decode(app, monkeypatch):
             if line.startswith("event: generating"):
                 break  # the decode is running: now drop the connection
     assert runs.active_runs() >= 1
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a generous bound: the state is waited for, not assumed
     while runs.active_runs() and time.monotonic() < deadline:
         time.sleep(0.1)
     left = runs.active_runs()
-    print(f"\ndropped client: {left} runs still open {20 - max(deadline - time.monotonic(), 0):.1f} s later")
+    print(f"\ndropped client: {left} runs still open {120 - max(deadline - time.monotonic(), 0):.1f} s later")
     assert left == 0
 
 
 def test_a_long_run_exports_small_and_streams_patches(tiny_model_dir, tmp_path):
     from llada.pipeline import Pipeline
-    from ui import canvas, export
-    from ui.live import LiveCanvas
+    from ui import export
+    from ui.render import canvas
+    from ui.render.live import LiveCanvas
 
     pipe = Pipeline.load(tiny_model_dir)
     cfg = pipe.config("S", threshold=1.0, editing_threshold=None, block_length=4, gen_length=1000)

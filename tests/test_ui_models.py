@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from llada.replica import replica_config
-from ui import handlers
 from ui import models as m
+from ui.playground.run import generate_ui
 
 GIB = 2**30
 CPU16 = m.Runtime("cpu", "cpu", room=16 * GIB)  # a CPU Space with 16 GiB
@@ -92,7 +92,7 @@ def test_models_share_the_room(tmp_path, tiny_model_dir):
     (lambda d: (d / "config.json").write_text('{"model_type": "llada2_moe"}'), "config.json: missing required key"),
 ])
 def test_a_broken_default_model_never_stops_the_app(tmp_path, tiny_model_dir, breakage, words):
-    from ui.layout import build_demo
+    from ui.demo import build_demo
 
     bad = tmp_path / "bad"
     shutil.copytree(tiny_model_dir, bad)
@@ -114,8 +114,8 @@ def test_weights_that_fail_to_load_show_on_screen_and_withhold_the_model(tmp_pat
     (bad / "model.safetensors").write_bytes(b"\0" * 64)
     models = m.Models([str(bad), str(tiny_model_dir)], rt=CPU16)
     assert models.default == str(bad)  # config and presets are fine: offered until it is loaded
-    frames = list(handlers.generate_ui(models, str(bad), "def add(", "S", 0.5, True, 0.0, False, 1, 8, 8, 4, 0.0,
-                                       0, False))
+    frames = list(generate_ui(models, model=str(bad), prompt="def add(", mode="S", block_length=8, gen_length=8,
+                              max_post_steps=4))
     assert "cannot read safetensors file" in frames[0].error and "model.safetensors" in frames[0].error
     models.load_resident()  # ZeroGPU's start: the broken one is withheld, the others are loaded
     assert models.names() == ["tiny-random (2)"] and "tiny-random: failed to load" in models.note()

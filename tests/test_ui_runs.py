@@ -6,10 +6,13 @@ import os
 
 import pytest
 
-from ui.handlers import generate_ui
-from ui.models import Models, model_dirs
+from llada.presets import merged
 from ui import runs
-from ui.runs import InputError, check_request, decode_config, drain, interleave, start
+from ui.frame import problem
+from ui.models import Models, model_dirs
+from ui.playground.run import generate_ui, widget_settings
+from ui.runs import drain, interleave, start
+from ui.settings import InputError, check_request, check_settings
 
 PROMPT = "def add(a, b):"
 
@@ -22,9 +25,9 @@ def models(tiny_model_dir) -> Models:
 @pytest.mark.parametrize("mode,mbe", [("S", False), ("Q", True)])
 def test_recorded_run_equals_the_cli(models, mode, mbe):
     pipe = models.get(None)
-    req = check_request(PROMPT, mode, mbe=mbe, block_length=8, gen_length=16)
+    req = check_request(pipe.presets, PROMPT, mode, mbe=mbe, block_length=8, gen_length=16)
     trace = drain(start(pipe, req))
-    result = pipe.generate(pipe.encode(PROMPT), decode_config(pipe, req))
+    result = pipe.generate(pipe.encode(PROMPT), req.settings.config)
     assert trace.status == "done" and trace.output_ids == result.output_ids
     assert trace.text == pipe.decode_text(result.output_ids)
     strip = lambda d: {k: v for k, v in d.items() if k != "tps"}  # noqa: E731 - time differs run to run
@@ -33,8 +36,11 @@ def test_recorded_run_equals_the_cli(models, mode, mbe):
                                                                      for r in result.records]
 
 
-def _ui(models, prompt=PROMPT, mode="Q", gen_length=16):
-    return generate_ui(models, None, prompt, mode, 0.7, True, 0.5, False, 1, 8, gen_length, 16, 0.0, 0, False)
+def _ui(models, prompt=PROMPT, mode="Q", gen_length=16, **widgets):
+    """The playground's handler with the widgets' values by name (the ones not given: a typical page)."""
+    page = {"tau_mask": 0.7, "edit": True, "tau_edit": 0.5, "mbe": False, "mbe_window": 1, "block_length": 8,
+            "max_post_steps": 16, "temperature": 0.0, "seed": 0, "ghost": False}
+    return generate_ui(models, prompt=prompt, mode=mode, gen_length=gen_length, **(page | widgets))
 
 
 def test_ui_handler_streams_named_frames_and_a_final_state(models):
@@ -67,7 +73,7 @@ def test_closing_the_handler_stops_the_engine(models, monkeypatch):
     ({"gen_length": 12.5}, "whole number"), ({"mode": "fast"}, "mode"), ({"tau_mask": float("nan")}, "number")])
 def test_bad_input_is_refused(kwargs, message):
     with pytest.raises(InputError, match=message):
-        check_request(**({"prompt": PROMPT} | kwargs))
+        check_request(None, **({"prompt": PROMPT} | kwargs))
 
 
 def test_bad_input_shows_in_error_not_a_crash(models):
@@ -80,9 +86,10 @@ def test_bad_input_shows_in_error_not_a_crash(models):
 
 def test_mbe_settings_reach_the_engine(models):
     pipe = models.get(None)
-    cfg = decode_config(pipe, check_request(PROMPT, "S", mbe=True, mbe_window=3, block_length=8))
+    cfg = check_request(pipe.presets, PROMPT, "S", mbe=True, mbe_window=3, block_length=8).settings.config
     assert (cfg.mbe, cfg.mbe_window, cfg.block_length) == (True, 3, 8)
-    trace = drain(start(pipe, check_request(PROMPT, "S", mbe=True, mbe_window=3, block_length=8, gen_length=32)))
+    req = check_request(pipe.presets, PROMPT, "S", mbe=True, mbe_window=3, block_length=8, gen_length=32)
+    trace = drain(start(pipe, req))
     first = len(trace.prompt_ids) // 8
     assert {trace.step_record(k).window[0] for k in range(1, trace.steps + 1)} >= {first * 8}
     assert max(r.block - r.window[0] // 8 for r in map(trace.step_record, range(1, trace.steps + 1))) == 3
@@ -91,7 +98,7 @@ def test_mbe_settings_reach_the_engine(models):
 def test_runs_interleave_forward_by_forward(models):
     pipe = models.get(None)
     modes = ("Q", "M2T only")  # no T2T oscillation on a random model: short runs
-    runs = {m: start(pipe, check_request(PROMPT, m, block_length=8, gen_length=8)) for m in modes}
+    runs = {m: start(pipe, check_request(pipe.presets, PROMPT, m, block_length=8, gen_length=8)) for m in modes}
     labels = [label for label, _ in interleave(runs)]
     assert labels[:4] == ["Q", "M2T only", "Q", "M2T only"]
     assert [labels.count(m) for m in modes] == [len(runs[m].trace.records) for m in modes]
@@ -130,7 +137,7 @@ def test_a_refused_input_clears_the_old_run(models):
 
 
 def test_stop_shows_the_run_stopped_with_its_edit_log(models):
-    from ui.handlers import stopped_ui
+    from ui.playground.run import stopped_ui
 
     run = _ui(models, mode="S", gen_length=64)
     first = next(run)
@@ -143,7 +150,7 @@ def test_stop_shows_the_run_stopped_with_its_edit_log(models):
 
 def test_a_run_stops_at_its_budget_and_keeps_what_it_wrote(models):
     pipe = models.get(None)
-    req = check_request(PROMPT, "Custom", tau_mask=1.0, edit=False, block_length=4, gen_length=64)
+    req = check_request(pipe.presets, PROMPT, "Custom", tau_mask=1.0, edit=False, block_length=4, gen_length=64)
     trace = drain(start(pipe, req, runs.Budget(forwards=10, seconds=60)))
     assert trace.status == "stopped" and trace.forwards == 10 and trace.note.startswith("budget reached: 10")
     assert 0 < len(trace.output_ids) < 64 and trace.text == pipe.decode_text(trace.output_ids)
@@ -158,3 +165,47 @@ def test_old_export_folders_are_swept(tmp_path):
     old, fresh = exports.new(), exports.new()
     os.utime(old, (0, 0))  # made long ago
     assert exports.sweep() == 1 and not old.exists() and fresh.exists()
+
+
+# ---- what the widgets mean (ui/playground/run.py: widget_settings) ----------------------------------------
+
+OWN_S = {"threshold": 0.42, "editing_threshold": 0.17, "max_post_steps": 5, "block_length": 16}  # not official
+
+
+def test_custom_starts_from_the_models_s_mode():
+    presets = merged({"S": OWN_S, "Q": {"threshold": 0.8, "editing_threshold": 0.6, "max_post_steps": 7}})
+    custom, s = check_settings(presets, "Custom").config, check_settings(presets, "S").config
+    assert custom == s and (custom.threshold, custom.editing_threshold, custom.max_post_steps,
+                            custom.block_length) == tuple(OWN_S.values())
+    assert check_settings(presets, "Custom").mode == "Custom"  # the label stays the UI's
+
+
+def test_slider_values_that_differ_from_the_mode_override_it():
+    presets = merged({"S": OWN_S})
+    s = widget_settings(presets, "Custom", tau_mask=0.3, edit=True, tau_edit=0.25, block_length=8,
+                        max_post_steps=2).config
+    assert (s.threshold, s.editing_threshold, s.block_length, s.max_post_steps) == (0.3, 0.25, 8, 2)
+    q = check_settings(presets, "Q").config
+    named = widget_settings(presets, "Q", tau_mask=0.3, edit=False, tau_edit=0.25, block_length=8,
+                            max_post_steps=2).config
+    # a named mode sets the thresholds (its sliders only show them); the lengths are the sliders'
+    assert (named.threshold, named.editing_threshold) == (q.threshold, q.editing_threshold)
+    assert (named.block_length, named.max_post_steps) == (8, 2) != (q.block_length, q.max_post_steps)
+
+
+def test_custom_with_editing_unticked_edits_nothing(models):
+    widgets = {"mode": "Custom", "tau_mask": 0.5, "tau_edit": 0.0, "block_length": 8, "gen_length": 32}
+    ticked = list(_ui(models, **widgets, edit=True))[-1].trace
+    assert ticked.settings.editing_threshold == 0.0 and ticked.edits + ticked.mbe_edits > 0  # editing does edit
+    unticked = list(_ui(models, **widgets, edit=False))[-1].trace
+    assert unticked.settings.editing_threshold is None
+    assert unticked.edits == unticked.mbe_edits == 0 and unticked.status == "done"
+
+
+def test_the_error_box_escapes_what_the_user_sent(models):
+    sent = '<img src=x onerror="alert(1)">'  # a mode only an API client can send
+    (shown,) = list(_ui(models, mode=sent))
+    assert "mode must be one of" in shown.error and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in shown.error
+    assert "<img" not in shown.error
+    failed = problem(RuntimeError(sent))  # a failure quoting user text is escaped too
+    assert not failed.refused and "<img" not in failed.html and "&lt;img" in failed.html

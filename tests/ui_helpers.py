@@ -54,7 +54,7 @@ def free_port() -> int:
 
 def launch_app(model_dir, recordings: dict | None = None):
     """The playground on `model_dir` (or a `Models`), served in this process on a free port; returns (demo, url)."""
-    from ui.layout import LOOK, build_demo
+    from ui.demo import LOOK, build_demo
     from ui.models import Models
 
     models = model_dir if isinstance(model_dir, Models) else Models([str(model_dir)])

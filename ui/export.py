@@ -22,10 +22,10 @@ from pathlib import Path
 
 from llada.trace import Trace
 
-from . import canvas
-from .tables import stats_line
+from . import ASSETS
+from .render import canvas
+from .render.tables import stats_line
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
 PREFIX = "llada-export-"
 
 

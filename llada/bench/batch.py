@@ -16,6 +16,11 @@ are kept with the machine's load average, and the medians. Every run also checks
 output equals its B = 1 output.
 
     python -m llada.bench batch [--models embedded random-86m] [--sizes 1 2 4 8 16 32] [--threads 2]
+
+On a CPU shared with other jobs, OpenMP threads that spin while they wait for each other make a
+2-thread forward up to ~60x slower than one thread (measured: 583 ms against 8.7 ms for the same
+forward); `OMP_WAIT_POLICY=PASSIVE` in the environment lets them sleep instead, and the report keeps
+the setting it ran under.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ MODELS = ("embedded", "random-86m")
 def workload(name: str, rows: int, mode: str, device: torch.device):
     """(model, prompts, settings, mask id, eos id) of one model's workload."""
     if name == "embedded":
-        from ..eval.tasks import TASKS, eval_items
+        from ..data.tasks import TASKS, eval_items
         from ..pipeline import Pipeline
 
         pipe = Pipeline.load(EMBEDDED, device=str(device))
@@ -133,7 +138,8 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    report = device_info(device) | {"bench": "batch", "threads": torch.get_num_threads(), "rows": args.rows,
+    report = device_info(device) | {"bench": "batch", "threads": torch.get_num_threads(),
+                                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "rows": args.rows,
                                     "repeats": args.repeats, "models": [bench_model(m, args, device)
                                                                         for m in args.models]}
     out = Path(args.out or f"bench/results/batch-{device.type}.json")

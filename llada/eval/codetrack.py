@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..presets import tau_text
-from .code import CodeFunction, check_completion, code_items
-from .sources import load_sources, source_roots
+from .batched import BATCH, decode_texts
+from ..data.code import CodeFunction, check_completion, code_items
+from ..data.sources import load_sources, source_roots
 from .tally import MODES, Tally, mode_config, run_tally
 
 
@@ -47,18 +48,6 @@ def held_out_items(n: int, seed: int, roots: list[str | Path] | None = None) -> 
     return code_items(load_sources(roots, split="eval"), n, seed)
 
 
-def complete(pipe, item: CodeFunction, cfg) -> tuple[str, object]:
-    """The completion text (EOS removed) and the Trace of one run."""
-    result = pipe.generate(pipe.encode(item.prompt), cfg)
-    return pipe.decode_text([t for t in result.output_ids if t != pipe.eos_id]), result
-
-
-def score_code(pipe, item: CodeFunction, cfg) -> CodeTally:
-    text, result = complete(pipe, item, cfg)
-    score = check_completion(item, text)
-    return CodeTally(**asdict(run_tally(result, cfg)), parses=int(score.parses), in_scope=int(score.in_scope))
-
-
 def reference_scores(items: list[CodeFunction]) -> dict:
     """The checks applied to the functions' own bodies."""
     scores = [check_completion(it, it.body) for it in items]
@@ -67,8 +56,8 @@ def reference_scores(items: list[CodeFunction]) -> dict:
 
 
 def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = None, gen_length: int = 128,
-                  progress: bool = True) -> dict:
-    """The code track of every mode on the same items."""
+                  progress: bool = True, batch: int = BATCH) -> dict:
+    """The code track of every mode on the same items, `batch` decoded at once (the same outputs as one by one)."""
     from tqdm import tqdm
 
     modes = modes or list(MODES)
@@ -77,9 +66,11 @@ def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = Non
     for mode in modes:
         cfg = mode_config(pipe, mode, gen_length)
         tally = CodeTally()
-        for item in items:
-            tally.add(score_code(pipe, item, cfg))
-            bar.update(1)
+        for item, (text, result, seconds) in zip(items, decode_texts(pipe, [it.prompt for it in items], cfg, batch)):
+            score = check_completion(item, text)
+            tally.add(CodeTally(**(asdict(run_tally(result, cfg)) | {"seconds": seconds}), parses=int(score.parses),
+                                in_scope=int(score.in_scope)))
+        bar.update(len(items))
         out[mode] = {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, **tally.code_summary()}
         bar.set_postfix(mode=mode, parses=f"{out[mode]['parses']:.2f}")
     bar.close()

@@ -26,10 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from ..presets import tau_text
+from .batched import BATCH, decode_texts
 from .tally import MODES, ModeReport, Tally, mode_config, run_tally
-from .tasks import TASKS, Item, eval_items
+from ..data.tasks import TASKS, Item, eval_items
 
 CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(text):\n",
                 "def read_config(path):\n", "def mean(values):\n")
@@ -43,8 +45,10 @@ def score_item(pipe, item: Item, cfg) -> Tally:
 
 
 def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None = None,
-             split: str = "eval", gen_length: int = 32, progress: bool = True) -> dict:
-    """The report of every mode on the same `n` items per task (the JSON shape of UI_CONTRACT.md)."""
+             split: str = "eval", gen_length: int = 32, progress: bool = True, batch: int = BATCH) -> dict:
+    """The report of every mode on the same `n` items per task (the JSON shape of UI_CONTRACT.md).
+
+    Each task's items decode `batch` at a time (`batched`): the same outputs as one by one."""
     from tqdm import tqdm
 
     modes = modes or list(MODES)
@@ -58,9 +62,10 @@ def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None 
         report = ModeReport(cfg.threshold, cfg.editing_threshold)
         for task, task_items in items.items():
             tally = Tally()
-            for item in task_items:
-                tally.add(score_item(pipe, item, cfg))
-                bar.update(1)
+            runs = decode_texts(pipe, [item.prompt for item in task_items], cfg, batch)
+            for item, (text, result, seconds) in zip(task_items, runs):
+                tally.add(replace(run_tally(result, cfg, correct=int(item.check(text))), seconds=seconds))
+            bar.update(len(task_items))
             report.tasks[task] = tally
         out[mode] = report.to_dict()
         bar.set_postfix(mode=mode, acc=f"{out[mode]['accuracy']:.2f}", tpf=f"{out[mode]['tpf']:.2f}")
@@ -106,6 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--code-root", action="append", default=None,
                     help="directory of .py files for the code track (repeatable; default: the installed Python)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help=f"items decoded at once, sharing forwards (default {BATCH}; the results do not depend on it)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--json", action="store_true", help="print the JSON report only")
     ap.add_argument("--samples", action="store_true", help="also print code samples (S mode, 128 tokens)")
@@ -116,6 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"unknown {name[:-1]} {bad[0]!r}; choose from {', '.join(allowed)}")
     if args.n < 1:
         ap.error("--n must be at least 1")
+    if args.batch < 1:
+        ap.error("--batch must be at least 1")
     if args.code_n < 0:
         ap.error("--code-n must be 0 (no code track) or more")
     if args.device not in ("cpu", "cuda"):
@@ -133,10 +142,11 @@ def full_report(pipe, args) -> dict:
     from .codetrack import evaluate_code, held_out_items
 
     modes = args.modes.split(",")
-    report = evaluate(pipe, args.tasks.split(","), args.n, args.seed, modes, args.split, args.gen_length)
+    report = evaluate(pipe, args.tasks.split(","), args.n, args.seed, modes, args.split, args.gen_length,
+                      batch=args.batch)
     if args.code_n:
         items = held_out_items(args.code_n, args.seed, args.code_root)
-        report["code"] = evaluate_code(pipe, items, modes, args.code_gen_length)
+        report["code"] = evaluate_code(pipe, items, modes, args.code_gen_length, batch=args.batch)
     return report
 
 

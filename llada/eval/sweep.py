@@ -5,7 +5,7 @@
 
 The LLaDA2.1 paper reports each decoding setting as a pair (score, TPF) (its Tables 1 and 4). A sweep
 measures that pair for every cell of a grid (`llada.eval.sweep_grid`) on the checkable tasks
-(`llada.eval.tasks`), so the trade-off reads as a curve: the Pareto front is the set of cells that no
+(`llada.data.tasks`), so the trade-off reads as a curve: the Pareto front is the set of cells that no
 other cell beats on both accuracy and TPF. Every cell decodes the same held-out items (`eval_items`)
 with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
@@ -31,9 +31,10 @@ from typing import Iterator, NamedTuple
 
 from ..budget import Budget
 from .sweep_cache import SweepCache
-from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, Cell, Point, SweepSpec, pareto_front, point_of
+from .humaneval_task import HumanEvalItem
+from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, TASK_SETS, Cell, Point, SweepSpec, pareto_front, point_of
 from .tally import Tally
-from .tasks import TASKS, Item
+from ..data.tasks import TASKS, Item
 from .sweep_report import format_table, to_csv, to_json
 
 __all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]
@@ -43,7 +44,10 @@ DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
 
 def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
     """Decode one item within `budget`; its tally and whether the budget cut it (a cut item counts wrong)."""
-    ids = pipe.encode(item.prompt)
+    if isinstance(item, HumanEvalItem):  # EvalPlus's prompt for this model, and room to write a program
+        item, ids, cfg = item.prepare(pipe, cfg)
+    else:
+        ids = pipe.encode(item.prompt)
     trace = pipe.new_trace(ids, cfg)
     bounded = budget.bound(pipe.stream(ids, cfg))
     for _ in trace.follow(bounded):
@@ -178,8 +182,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Sweep
     ap.add_argument("--tau-edit", default="off,0,0.5,0.9", help="comma list of τ_edit (off: editing off)")
     ap.add_argument("--mbe", default="off,on", help="MBE series: off, on or off,on")
     ap.add_argument("--presets", default=",".join(PRESETS), help="the model's presets to mark ('' for none)")
-    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
-    ap.add_argument("--n", type=int, default=10, help="items per task")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASK_SETS)}")
+    ap.add_argument("--n", type=int, default=10, help="items per task (humaneval+: its first n problems)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", choices=("eval", "train"), default="eval")
     ap.add_argument("--block-length", type=int, default=None, help="the grid's block length (default: S's)")

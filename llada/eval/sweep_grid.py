@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 
 from ..presets import tau_text
 from .tally import ModeReport, Tally
-from .split import check_split
-from .tasks import TASKS, Item, eval_items
+from ..data.split import check_split
+from ..data.tasks import TASKS, Item, eval_items
+
+HUMANEVAL = "humaneval+"  # HumanEval+ problems, checked in the sandbox (llada/eval/humaneval_task.py)
+TASK_SETS = (*TASKS, HUMANEVAL)
 
 TAU_MASKS = (0.05, 0.3, 0.5, 0.7, 0.9)
 TAU_EDITS = (None, 0.0, 0.5, 0.9)  # None: editing (T2T) off
@@ -86,9 +89,9 @@ class SweepSpec:
         _check_tau("tau_edit", self.tau_edits)
         if None in self.tau_masks:
             raise ValueError("tau_mask values must be numbers in [0, 1]; only tau_edit may be off")
-        bad = [t for t in self.tasks if t not in TASKS]
+        bad = [t for t in self.tasks if t not in TASK_SETS]
         if bad or not self.tasks:
-            raise ValueError(f"tasks must be some of {', '.join(TASKS)}, got {list(self.tasks)!r}")
+            raise ValueError(f"tasks must be some of {', '.join(TASK_SETS)}, got {list(self.tasks)!r}")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_ITEMS:
             raise ValueError(f"n (items per task) must be a whole number in [1, {MAX_ITEMS}], got {self.n!r}")
         if not set(self.mbe) <= {False, True}:
@@ -112,7 +115,11 @@ class SweepSpec:
         return grid + out
 
     def items(self) -> dict[str, list[Item]]:
-        return {task: eval_items(task, self.n, self.seed, self.split) for task in self.tasks}
+        """The items of each task (HumanEval+: its first n problems, whatever the seed and split)."""
+        from .humaneval_task import humaneval_items  # the evaluator reads its canonical outputs on first use
+
+        return {task: humaneval_items(self.n) if task == HUMANEVAL else eval_items(task, self.n, self.seed, self.split)
+                for task in self.tasks}
 
     def items_key(self) -> dict:
         """What decides the points besides the cell (the cache keys its files by this)."""
@@ -123,7 +130,7 @@ class SweepSpec:
 def _ordered(values, name: str) -> tuple:
     values = tuple(dict.fromkeys(values))  # without duplicates
     if name == "tasks":
-        return tuple(sorted(values, key=list(TASKS).index))
+        return tuple(sorted(values, key=list(TASK_SETS).index))
     if name in ("tau_masks", "tau_edits", "mbe"):
         return tuple(sorted(values, key=lambda v: -1.0 if v is None else float(v)))
     return values

@@ -1,0 +1,228 @@
+"""HumanEval / HumanEval+ score | TPF per decoding mode: the LLaDA2.1 report's code row, reproducible.
+
+    python -m llada.eval humaneval --model M [--plus] [--modes S Q] [--n N] [--json]
+    python -m llada.eval humaneval --completions samples.jsonl [--json]      # score given samples
+
+For each mode the model writes one greedy completion per problem through `Pipeline.generate` (the one
+decode loop, `eos_early_stop` on), prompted as EvalPlus prompts (`humaneval_prompt`: the chat template
+for an instruct model, the raw code prefix for a base model); the solution is cut out as EvalPlus cuts
+it and run in the sandbox on the base inputs (HumanEval) and, with `--plus`, the plus inputs
+(HumanEval+) (`humaneval_score`). Checking runs in the background while the next problem decodes.
+
+Per mode: pass@1 on HumanEval and HumanEval+ (percent), TPF (generated tokens / all forwards, cache
+refreshes included), TPS (generated tokens / decode seconds), forwards, edits (T2T + MBE) and the
+failure kinds. Laid out as the report's rows ("score | TPF"):
+
+    | mode | tau_mask | tau_edit | HumanEval score | TPF | HumanEval+ score | TPF | TPS | forwards | edits | failures |
+
+Per problem, `OUT/MODE.jsonl` (default OUT: runs/humaneval/MODEL) holds the prompt's length, the raw
+completion, the tested solution, the verdicts, the failure kind and detail, tokens, forwards, edits,
+decode and check seconds; `OUT/report.json` the report (`--json` prints it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from ..presets import load_presets
+from .humaneval_data import DATA, MINI, HumanEvalError, Problem, load_problems
+from .humaneval_prompt import build_prompt, solution_of
+from .humaneval_score import Evaluator, Verdict, read_samples, scores_json
+from .sandbox import Sandbox
+
+DEFAULT_MODES = ("S", "Q")
+
+
+def fit_gen_length(prompt_length: int, gen_length: int, block_length: int, positions: int) -> int:
+    """The longest generation up to gen_length whose run, padded to whole blocks, fits the model."""
+    return min(gen_length, positions // block_length * block_length - prompt_length)
+
+
+def decode_problem(pipe, problem: Problem, mode: str, gen_length: int, chat: bool | None) -> dict:
+    """One greedy completion of a problem: the per-problem row without the verdict."""
+    prompt = build_prompt(pipe.tokenizer, problem, chat)
+    cfg = pipe.config(mode, gen_length=gen_length, eos_early_stop=True)
+    room = fit_gen_length(len(prompt.ids), gen_length, cfg.block_length, pipe.model.config.max_position_embeddings)
+    row = {"task_id": problem.task_id, "mode": mode, "prompt_tokens": len(prompt.ids), "gen_length": room}
+    if room < 1:
+        return {**row, "completion": "", "solution": "", "tokens": 0, "forwards": 0, "edits": 0, "mbe_edits": 0,
+                "seconds": 0.0, "skip": "prompt_too_long"}
+    trace = pipe.generate(prompt.ids, pipe.config(mode, gen_length=room, eos_early_stop=True))
+    completion = pipe.decode_text([t for t in trace.output_ids if t != pipe.eos_id])
+    return {**row, "completion": completion, "solution": solution_of(problem, prompt, completion),
+            "tokens": len(trace.output_ids), "forwards": trace.forwards, "edits": trace.edits,
+            "mbe_edits": trace.mbe_edits, "seconds": round(trace.seconds, 4), "skip": None}
+
+
+def add_verdict(row: dict, verdict: Verdict | None) -> dict:
+    if verdict is None:  # not run: the prompt leaves no room to write
+        return {**row, "base": False, "plus": False, "error": row["skip"], "detail": "", "check_seconds": 0.0}
+    return {**row, "base": verdict.base, "plus": verdict.plus, "error": verdict.error, "detail": verdict.detail,
+            "check_seconds": verdict.seconds}
+
+
+def run_mode(pipe, evaluator: Evaluator, problems: list[Problem], mode: str, args, bar) -> list[dict]:
+    """Decode every problem in a mode, checking each in the background; the per-problem rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows, futures = [], []
+    with ThreadPoolExecutor(max_workers=evaluator.jobs) as pool:
+        for problem in problems:
+            row = decode_problem(pipe, problem, mode, args.gen_length, args.chat)
+            rows.append(row)
+            futures.append(None if row["skip"] else pool.submit(evaluator.check, problem, row["solution"], args.plus))
+            bar.update(1)
+        return [add_verdict(row, f and f.result()) for row, f in zip(rows, futures)]
+
+
+def mode_summary(cfg, rows: list[dict], plus: bool) -> dict:
+    """The mode's line of the report."""
+    n = max(len(rows), 1)
+    tokens, forwards = sum(r["tokens"] for r in rows), sum(r["forwards"] for r in rows)
+    seconds = sum(r["seconds"] for r in rows)
+    base, plus_passed = sum(r["base"] for r in rows), sum(bool(r["plus"]) for r in rows)
+    return {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, "block_length": cfg.block_length,
+            "humaneval": 100.0 * base / n, "humaneval_plus": 100.0 * plus_passed / n if plus else None,
+            "passed": {"base": base, "plus": plus_passed if plus else None, "total": len(rows)},
+            "tpf": tokens / max(forwards, 1), "tps": tokens / seconds if seconds else 0.0, "tokens": tokens,
+            "forwards": forwards, "edits": sum(r["edits"] + r["mbe_edits"] for r in rows), "seconds": seconds,
+            "failures": dict(Counter(r["error"] for r in rows if r["error"]).most_common())}
+
+
+def format_table(report: dict) -> str:
+    """Markdown: one row per mode, score | TPF as the LLaDA2.1 report writes it."""
+    head = ["mode", "tau_mask", "tau_edit", "HumanEval score \\| TPF", "HumanEval+ score \\| TPF", "TPS",
+            "forwards", "edits", "failures"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in report["modes"].items():
+        edit = "off" if m["editing_threshold"] is None else f"{m['editing_threshold']:g}"
+        plus = "-" if m["humaneval_plus"] is None else f"{m['humaneval_plus']:.2f} \\| {m['tpf']:.2f}"
+        fails = ", ".join(f"{k} {v}" for k, v in m["failures"].items()) or "-"
+        cells = [name, f"{m['threshold']:g}", edit, f"{m['humaneval']:.2f} \\| {m['tpf']:.2f}", plus,
+                 f"{m['tps']:.0f}", str(m["forwards"]), str(m["edits"]), fails]
+        lines.append("| " + " | ".join(cells) + " |")
+    where = "bubblewrap" if report["isolated"] else "resource limits only"
+    return (f"model {report['model']}, {report['n']} problems of {Path(report['data']).name}, gen_length "
+            f"{report['gen_length']}, greedy, programs run with {where}\n\n" + "\n".join(lines))
+
+
+def evaluate(pipe, evaluator: Evaluator, problems: list[Problem], args) -> dict:
+    """Every mode on the same problems; the report (rows written to args.out as each mode ends)."""
+    from tqdm import tqdm
+
+    out = Path(args.out or Path("runs") / "humaneval" / pipe.name)
+    out.mkdir(parents=True, exist_ok=True)
+    pipe.generate(pipe.encode("def f(x):\n", chat=False), pipe.config(args.modes[0], gen_length=8))  # warm-up
+    bar = tqdm(total=len(args.modes) * len(problems), desc="humaneval", file=sys.stderr, disable=args.quiet)
+    report = {"model": pipe.name, "data": str(args.data), "n": len(problems), "gen_length": args.gen_length,
+              "plus": args.plus, "isolated": evaluator.sandbox.isolated, "out": str(out), "modes": {}}
+    for mode in args.modes:
+        start = time.monotonic()
+        rows = run_mode(pipe, evaluator, problems, mode, args, bar)
+        with open(out / f"{mode}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        report["modes"][mode] = {**mode_summary(pipe.config(mode), rows, args.plus),
+                                 "wall_seconds": round(time.monotonic() - start, 1)}
+        bar.set_postfix(mode=mode, base=f"{report['modes'][mode]['humaneval']:.1f}")
+    bar.close()
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m llada.eval humaneval",
+                                 description="HumanEval / HumanEval+ pass@1 (greedy), TPF and TPS per decoding mode.")
+    ap.add_argument("--model", help="model directory (not needed with --completions)")
+    ap.add_argument("--completions", help="score an EvalPlus samples file (task_id + solution or completion)")
+    ap.add_argument("--plus", action="store_true", help="also run the HumanEval+ inputs (--completions always does)")
+    ap.add_argument("--mini", action="store_true", help="HumanEval+ mini: fewer plus inputs")
+    ap.add_argument("--data", help="an EvalPlus HumanEval+ .jsonl(.gz) file (default: assets/humanevalplus/)")
+    ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), help="the model's modes (default: S Q)")
+    ap.add_argument("--n", type=int, default=None, help="the first N problems (default: all 164)")
+    ap.add_argument("--gen-length", type=int, default=512, help="tokens per completion (cut to fit the model)")
+    ap.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
+                    help="chat prompt (auto: when the tokenizer has a chat template)")
+    ap.add_argument("--jobs", type=int, default=None, help="programs checked at a time (default: CPUs, at most 4)")
+    ap.add_argument("--isolate", choices=("auto", "bwrap", "none"), default="auto",
+                    help="bubblewrap around each program (auto: when it works here)")
+    ap.add_argument("--cache", help="directory of the canonical outputs' cache (default ~/.cache/llada/humaneval)")
+    ap.add_argument("--out", help="directory of the per-problem JSONL and report.json")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--quantize", default=None, choices=("fp8", "fp8-dense"))
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--json", action="store_true", help="print the JSON report only")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    if not args.model and not args.completions:
+        ap.error("give --model (decode and score) or --completions FILE (score samples)")
+    if args.n is not None and args.n < 1:
+        ap.error("--n must be at least 1")
+    if args.gen_length < 1:
+        ap.error("--gen-length must be at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    args.chat = {"auto": None, "on": True, "off": False}[args.chat]
+    args.data = Path(args.data) if args.data else (MINI if args.mini else DATA)
+    return args
+
+
+def score_completions(args) -> dict:
+    problems = load_problems(args.data)
+    samples = read_samples(args.completions, {p.task_id: p for p in problems})
+    evaluator = Evaluator(sorted({p.task_id: p for p, _ in samples}.values(), key=problems.index),
+                          Sandbox(args.isolate), args.data, args.cache, args.jobs)
+    return scores_json(evaluator.check_all(samples, plus=True))
+
+
+def format_scores(scores: dict) -> str:
+    base, plus = scores["base"], scores["plus"]
+    kinds = Counter(p["error"] for p in scores["problems"] if p["error"])
+    line = lambda name, s: f"{name}: {s['passed']}/{s['total']} ({100 * s['passed'] / max(s['total'], 1):.2f}%)"
+    return "\n".join([line("HumanEval", base), line("HumanEval+", plus),
+                      "failures: " + (", ".join(f"{k} {v}" for k, v in kinds.most_common()) or "none")])
+
+
+def run(args) -> dict:
+    """The report of a model, or the scores of a samples file (settings checked before the model loads)."""
+    if args.completions:
+        return score_completions(args)
+    problems = load_problems(args.data)[:args.n]
+    modes = load_presets(args.model) if Path(args.model, "config.json").exists() else {}
+    unknown = [m for m in args.modes if modes and m not in modes]
+    if unknown:
+        raise HumanEvalError(f"unknown mode {unknown[0]!r}; this model has {', '.join(modes)}")
+    import torch
+
+    from ..pipeline import Pipeline
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    pipe = Pipeline.load(args.model, dtype=dtype, device=args.device, quantize=args.quantize)
+    if pipe.tokenizer is None:
+        raise HumanEvalError(f"{args.model}: the model has no tokenizer; HumanEval prompts are text")
+    evaluator = Evaluator(problems, Sandbox(args.isolate), args.data, args.cache, args.jobs)
+    return evaluate(pipe, evaluator, problems, args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except (ValueError, RuntimeError) as err:  # HumanEvalError, PresetError, ConfigError; CheckpointError
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.json:
+        print(json.dumps(report, indent=None if args.completions else 2))
+    else:
+        print(format_scores(report) if args.completions else format_table(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The page: a header, then the Playground, Learn and Score | TPF tabs, each from its own folder.
+
+`build_demo(models)` is the one place that puts the tabs together (app.py launches what it returns):
+it creates each tab inside its `gr.Tab`, hands the explorer the playground controls a point sets, and
+wires the API endpoints. The first screen holds what a first visit needs: the prompt with Generate, the
+mode row, examples that run when clicked, and the canvas right below, the settings beside it (below it
+on a phone). Nothing is loaded until a run needs it.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+
+from . import ASSETS
+from .explorer import view as explorer
+from .learn import lessons, view as learn
+from .models import Models
+from .playground import view as playground_view, wire as playground
+
+LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft"}  # launch(**LOOK): Gradio 6 dresses the page at launch
+STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
+HEADER = ("## LLaDA2.1 playground\nWatch a block-diffusion language model **draft** masked tokens in parallel "
+          "and **edit** its own text, step by step. New here? Click an example, or open **Learn**.")
+LOADS = ("mode", "tau_mask", "edit", "tau_edit", "mbe", "block_length", "model")  # what an explorer point sets
+
+
+def _page_script() -> None:
+    """Keyboard (Ctrl/Cmd+Enter) and out-of-range notes for typed slider values (assets/page.js)."""
+    gr.HTML(None, html_template="", js_on_load=(ASSETS / "page.js").read_text(encoding="utf-8"),
+            elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
+
+
+def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
+    """The playground for `models` (nothing is loaded until a run needs it)."""
+    recordings = lessons.load_recordings() if recordings is None else recordings
+    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
+        trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
+        gr.Markdown(HEADER, elem_id="header")
+        _page_script()
+        with gr.Tabs(elem_id="tabs") as tabs:
+            with gr.Tab("Playground", id="playground"):
+                c = playground.build(models, trace, pair)
+            with gr.Tab("Learn", id="learn"):
+                learn_parts = learn.build_view(recordings)
+            with gr.Tab("Score | TPF", id="explorer") as explorer_tab:
+                explorer_parts = explorer.build_view(models)
+        learn.wire(recordings, learn_parts)
+        targets = SimpleNamespace(**{name: getattr(c, name) for name in LOADS})
+        explorer.wire(models, explorer_parts, targets, tabs, tab=explorer_tab)
+        playground.wire_api(models, playground_view.api_inputs(), trace)
+    return demo

@@ -1,0 +1,119 @@
+"""The Score | TPF tab: sweep (τ_mask, τ_edit) on a model, chart accuracy against TPF, load a point.
+
+`build_view(models)` creates the tab's components (call it inside `gr.Tab("Score | TPF", id="explorer")`);
+`wire(models, parts, playground, tabs)` wires their events (the handlers are in ui/explorer/sweeps.py).
+
+A click on a point of the chart, or on a row of the table (`#explorer-table`), loads that point's
+settings into the playground (mode Custom, τ_mask, editing and τ_edit, MBE, block length) and switches
+to it: `playground` holds those controls, handed over by ui/demo.py (this tab imports no other tab).
+Gradio's Plot component reports no clicks, so the chart's clicks reach the server through
+assets/explorer.js as `select` events of the empty `#explorer-pick` component.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from llada.eval.sweep_cache import SweepCache
+from llada.eval.sweep_grid import TASK_SETS
+from llada.data.tasks import TASKS
+
+from .. import ASSETS
+from ..frame import DECODE, PRIVATE, REPLAY, Inputs
+from ..models import GPU_SECONDS, Models, on_gpu
+from ..render import pareto
+from ..settings import LIMITS, presets_of
+from .sweeps import (CACHE_ENV, DEFAULTS, LOCK_WAIT_S, N_LIMITS, SWEEP_LOCK, TAU_EDITS, TAU_MASKS, ExplorerFrame,
+                     load_point, run_sweep, show_cached)
+
+INTRO = ASSETS / "explorer.md"
+
+
+def build_view(models: Models, defaults: dict | None = None) -> SimpleNamespace:
+    """The explorer's components (call inside `gr.Tab("Score | TPF", id="explorer")`); `defaults` overrides
+    the grid first shown (keys of `DEFAULTS`, plus "tasks" and "block_length")."""
+    p = SimpleNamespace()
+    d = DEFAULTS | {"tasks": list(TASKS), "block_length": presets_of(models.default)["S"]["block_length"]}
+    d |= defaults or {}
+    with gr.Column(elem_id="explorer"):
+        gr.Markdown(INTRO.read_text(encoding="utf-8") if INTRO.exists() else "### Score | TPF")
+        with gr.Row():
+            with gr.Column(scale=1, min_width=300):
+                p.tau_masks = gr.CheckboxGroup(TAU_MASKS, value=d["tau_masks"], elem_id="explorer-tau-mask",
+                                               label="τ_mask values (draft a mask when p > τ_mask)")
+                p.tau_edits = gr.CheckboxGroup(TAU_EDITS, value=d["tau_edits"], elem_id="explorer-tau-edit",
+                                               label="τ_edit values (edit a token when p > τ_edit; off: no editing)")
+                p.mbe = gr.CheckboxGroup(["off", "on"], value=d["mbe"], label="MBE series", elem_id="explorer-mbe")
+                with gr.Accordion("Model, tasks, items and block length", open=False, elem_id="explorer-more"):
+                    p.model = gr.Dropdown(models.choices(), value=models.default, label="Model",
+                                          elem_id="explorer-model")
+                    p.tasks = gr.CheckboxGroup(list(TASK_SETS), value=d["tasks"], label="tasks (held-out items)",
+                                               info="humaneval+: the first n HumanEval+ problems, each program "
+                                                    "checked in a sandbox (up to 512 tokens per decode)",
+                                               elem_id="explorer-tasks")
+                    p.n = gr.Slider(*N_LIMITS, value=d["n"], step=1, label="items per task", elem_id="explorer-n")
+                    p.block_length = gr.Slider(*LIMITS["block_length"], value=d["block_length"], step=4,
+                                               label="block length of the grid (presets keep their own)",
+                                               elem_id="explorer-block-length")
+                with gr.Row():
+                    p.run = gr.Button("Run sweep", variant="primary", elem_id="explorer-run")
+                    p.stop = gr.Button("Stop", elem_id="explorer-stop")
+            with gr.Column(scale=2, min_width=320):
+                p.progress = gr.Markdown("Open this tab to see the points measured before, or press **Run sweep**.",
+                                         elem_id="explorer-progress")
+                p.chart = gr.Plot(pareto.figure([]), elem_id="explorer-chart", show_label=False)
+                p.pick = gr.HTML("", js_on_load=(ASSETS / "explorer.js").read_text(encoding="utf-8"),
+                                 elem_id="explorer-pick", container=False, padding=False, apply_default_css=False)
+                p.table = gr.Dataframe(pareto.table([]), elem_id="explorer-table", interactive=False, max_height=360,
+                                       label="Every point: click a row to load its settings into the Playground")
+                p.csv = gr.File(label="CSV of these points", elem_id="explorer-csv", interactive=False)
+    return p
+
+
+def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs, tab: gr.Tab | None = None,
+         cache_dir: str | Path | None = None) -> None:
+    """The explorer's events. `playground` holds the controls a point sets (mode, tau_mask, edit, tau_edit,
+    mbe, block_length; model too when given); `tabs` is the Tabs holding the "playground" tab; `tab`, the
+    explorer's own, shows the cached points when opened."""
+    cache = SweepCache(cache_dir or os.environ.get(CACHE_ENV) or None)
+    settings = Inputs(model_path=p.model, tau_masks=p.tau_masks, tau_edits=p.tau_edits, mbe=p.mbe, tasks=p.tasks,
+                      n=p.n, block_length=p.block_length)  # the names run_sweep and show_cached take
+    outputs = [getattr(p, name) for name in ExplorerFrame._fields]
+
+    @on_gpu(seconds=lambda _: GPU_SECONDS[1])  # the longest slot: finished points are cached if it runs out
+    def run(data: dict):
+        yield from run_sweep(models, cache, **settings.values(data))
+
+    def cached(data: dict):
+        return show_cached(models, cache, **settings.values(data))
+
+    def stopped(data: dict):
+        if SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):  # the cancelled sweep has closed: its last point is saved
+            SWEEP_LOCK.release()
+        return show_cached(models, cache, **settings.values(data), stopped=True)
+
+    event = p.run.click(run, settings.inputs, outputs, show_progress="minimal", **PRIVATE, **DECODE)
+    p.stop.click(None, None, None, cancels=[event]).then(stopped, settings.inputs, outputs, **PRIVATE, **REPLAY)
+    grid = [c for name, c in settings.components.items() if name != "model_path"]
+    triggers = [p.model.change] + [c.input for c in grid] + ([tab.select] if tab is not None else [])
+    gr.on(triggers, cached, settings.inputs, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
+    _wire_loading(p, playground, tabs)
+
+
+def _wire_loading(p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs) -> None:
+    has_model = getattr(playground, "model", None) is not None
+    targets = [playground.mode, playground.tau_mask, playground.edit, playground.tau_edit, playground.mbe,
+               playground.block_length, tabs] + ([playground.model] if has_model else [])
+
+    def from_row(model_path, evt: gr.SelectData):
+        return load_point(evt.row_value, has_model, model_path)
+
+    def from_chart(model_path, evt: gr.SelectData):
+        return load_point(evt.value, has_model, model_path)
+
+    p.table.select(from_row, [p.model], targets, **PRIVATE, **REPLAY)
+    p.pick.select(from_chart, [p.model], targets, **PRIVATE, **REPLAY)

@@ -1,0 +1,102 @@
+"""What the events of every tab share: queue settings, frames, inputs by name, and how a problem is told.
+
+Queues: runs that use the model share the `decode` concurrency group: `DECODE_CONCURRENCY` of them decode
+at once, so a short run never waits for a long one to finish (each is bounded by `ui.runs.BUDGET`).
+Replays re-render stored traces without the model and run beside them.
+
+Frames: a handler returns a NamedTuple with one field per output component (`frame` leaves every field
+it is not given unchanged, `gr.skip()`); inputs arrive by name (`Inputs`: Gradio passes one dict keyed
+by component, read back as {name: value}).
+
+Problems: `problem(err)` is the one place that decides what a user reads when a request cannot run. A
+refusal (bad input, a broken checkpoint, non-finite logits) is its own message; anything else is a
+failure of the server, told in one line while the log keeps its traceback. A problem is shown as the
+`#error` box (`html`), a Gradio error over the API (`error`), or a Markdown line (`markdown`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from html import escape
+from typing import NamedTuple
+
+import gradio as gr
+
+from llada.checkpoint import CheckpointError
+
+DECODE_CONCURRENCY = 2
+DECODE = {"concurrency_id": "decode", "concurrency_limit": DECODE_CONCURRENCY}
+REPLAY = {"concurrency_limit": 8, "show_progress": "hidden"}
+PRIVATE = {"api_visibility": "private"}  # UI events stay out of the API page
+# InputError is a ValueError; engine checks raise ValueError; NonFiniteLogits is a FloatingPointError
+REFUSED = (ValueError, CheckpointError, FloatingPointError)
+log = logging.getLogger("ui")
+
+
+def frame(kind, **values):
+    """A frame of `kind` (a NamedTuple of outputs) with `values`, every other output left as it is."""
+    return kind(**({name: gr.skip() for name in kind._fields} | values))
+
+
+class Inputs:
+    """Components by name: `inputs` wires an event (a set: Gradio passes one dict keyed by component),
+    `values(data)` reads that dict back as {name: value}."""
+
+    def __init__(self, **components):
+        self.components = components
+
+    @property
+    def inputs(self) -> set:
+        return set(self.components.values())
+
+    def values(self, data: dict) -> dict:
+        return {name: data[component] for name, component in self.components.items()}
+
+
+class Problem(NamedTuple):
+    """Why a request could not run, as a user reads it."""
+
+    refused: bool  # True: the input (or the model) was refused; False: the server failed
+    text: str  # one line; a failure's traceback is in the server log
+
+    @property
+    def html(self) -> str:
+        """The `#error` box (its text escaped: it quotes what the user sent)."""
+        return f'<div class="error-box" role="alert"><b>{self.label}:</b> {escape(self.text)}</div>'
+
+    @property
+    def markdown(self) -> str:
+        return f"**{self.label}:** {self.text}"
+
+    @property
+    def label(self) -> str:
+        return "Refused" if self.refused else "Error"
+
+    def error(self) -> gr.Error:
+        """The Gradio error of an API call (no traceback printed: a refusal is no failure, a failure is logged)."""
+        return gr.Error(self.text, print_exception=False)
+
+
+def problem(err: BaseException) -> Problem:
+    """What a user reads about `err`; a failure (anything not refused) is logged with its traceback, once."""
+    if isinstance(err, REFUSED):
+        return Problem(True, str(err))
+    log.error("run failed", exc_info=err)
+    return Problem(False, f"the server could not finish this run ({type(err).__name__}: {err}). The run was "
+                          "stopped and the error logged; try again, or with other settings.")
+
+
+class Throttle:
+    """True at most once per `interval` seconds (the first call is due unless `wait_first`)."""
+
+    def __init__(self, interval: float, wait_first: bool = False):
+        self.interval = interval
+        self.last = time.perf_counter() if wait_first else -float("inf")
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        if now - self.last >= self.interval:
+            self.last = now
+            return True
+        return False

@@ -1,0 +1,170 @@
+"""Record the Learn view's lessons: `python -m ui.learn.record [--model DIR] [--out FILE]`.
+
+A lesson shows one idea of the decoder on one prompt, with one run or two side by side:
+
+    draft     drafting in parallel: S fills many masks in one forward
+    edit      an edit repairing a draft: a T2T edit turns a wrong draft into the right answer
+    modes     S vs Q on the same prompt: S needs fewer forwards, Q gets it right
+    mbe       Multi-Block Editing: the same settings without and with MBE; with it an earlier block is repaired
+    baseline  M2T only: cautious drafting, editing off
+
+The default `LESSONS` were found on the shipped model by `python -m ui.learn.lesson_search` (held-out
+items of llada/data/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the
+engine's timings are left out (a lesson shows steps and forwards, not seconds), so recording twice
+writes the same bytes. After recording, every lesson is checked against what its idea must show
+(`ui.learn.lessons.problems`); a model on which a prompt no longer shows its idea is reported, with
+the command that finds new prompts.
+
+    python -m ui.learn.record                     # assets/model -> assets/learn_trace.json
+    python -m ui.learn.record --model DIR --prompt "12 + 34 =" --runs S Q S+MBE --gen-length 64  # a custom lesson
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from llada.trace import Trace
+
+from ..models import DEFAULT_MODEL
+from ..runs import drain, start
+from ..settings import check_request
+from .lessons import RECORDING, Recording, problems
+
+SEARCH = "python -m ui.learn.lesson_search --model DIR"
+
+
+class RunSpec(NamedTuple):
+    """How one run of a lesson decodes: a mode's preset, with what the lesson changes."""
+
+    mode: str  # "S", "Q" or "M2T only"
+    mbe: bool = False
+    block_length: int | None = None  # None: the mode's preset
+    mbe_window: int = 1
+    edit: bool = True  # False: editing (T2T) off
+
+    @classmethod
+    def parse(cls, text: str, block_length: int | None = None) -> "RunSpec":
+        """'S', 'Q', 'M2T only', each with an optional '+MBE' (the command line's --runs)."""
+        mode, _, extra = text.partition("+")
+        if extra and extra.strip().upper() != "MBE":
+            raise ValueError(f"run {text!r}: only '+MBE' may follow the mode")
+        return cls(mode.strip(), mbe=bool(extra), block_length=block_length)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    idea: str
+    title: str
+    caption: str  # one line: what to look for
+    prompt: str
+    answer: str | None  # the checkable answer (None for free text)
+    runs: tuple[RunSpec, ...]
+    gen_length: int = 32
+
+
+DUNZELBAT = ("def dec(dunzelbat):\n", "    dunzelbat = dunzelbat - 1\n    return dunzelbat\n")
+# the first candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` (MBE: the window of 1)
+LESSONS = (
+    Lesson("draft", "1 · Drafting in parallel",
+           "S drafts every mask whose p passes τ_mask 0.05: the whole function body appears in one forward, "
+           "and the next forward only checks it.", *DUNZELBAT, (RunSpec("S"),)),
+    Lesson("edit", "2 · An edit repairs a draft",
+           "The first forward drafts the sum with a wrong last digit; the second sees the whole draft and edits "
+           "that digit.", "234+697=", "931", (RunSpec("S"),)),
+    Lesson("modes", "3 · S vs Q on one prompt",
+           "S drafts the whole body at once and garbles the name; Q drafts only what it is sure of, in many more "
+           "forwards, and gets it right.",
+           "def cube(renpapa):\n", "    return renpapa * renpapa * renpapa\n", (RunSpec("S"), RunSpec("Q"))),
+    Lesson("mbe", "4 · MBE repairs an earlier block",
+           "The prompt of lesson 1 in blocks of 8, without and with MBE: both draft the name's first letter wrong "
+           "in block 2; only with MBE does block 2 stay editable while block 3 decodes, and the letter is repaired.",
+           *DUNZELBAT, (RunSpec("S", block_length=8), RunSpec("S", mbe=True, block_length=8))),
+    Lesson("baseline", "5 · M2T only: no editing",
+           "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in more forwards, "
+           "and a token once written never changes.", *DUNZELBAT, (RunSpec("M2T only"),)),
+)
+
+
+def run_trace(pipe, prompt: str, spec: RunSpec, gen_length: int) -> Trace:
+    """One run of `spec` through the playground's own path (checked request, live run drained)."""
+    req = check_request(pipe.presets, prompt, spec.mode, edit=spec.edit, mbe=spec.mbe,
+                        mbe_window=spec.mbe_window, block_length=spec.block_length, gen_length=gen_length)
+    return drain(start(pipe, req))
+
+
+def without_timings(trace: Trace) -> dict:
+    """The trace's JSON with engine seconds set to 0 (and so TPS 0): a recording replays steps, not time."""
+    data = trace.to_dict()
+    for record in data["records"]:
+        record["seconds"] = 0.0
+    return Trace.from_dict(data).to_dict()
+
+
+def record_lesson(pipe, lesson: Lesson) -> dict:
+    runs = [without_timings(run_trace(pipe, lesson.prompt, spec, lesson.gen_length)) for spec in lesson.runs]
+    return {"idea": lesson.idea, "title": lesson.title, "caption": lesson.caption, "answer": lesson.answer,
+            "runs": runs}
+
+
+def record_file(model: Path, out: Path, lessons: tuple[Lesson, ...] = LESSONS) -> dict:
+    import torch
+
+    from llada.pipeline import Pipeline
+
+    torch.set_num_threads(1)  # one thread: the same sums in the same order, run after run
+    pipe = Pipeline.load(model)
+    data = {"model": pipe.name, "lessons": [record_lesson(pipe, lesson) for lesson in lessons]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    return data
+
+
+def custom_lesson(prompt: str, runs: list[str], block_length: int | None, gen_length: int) -> Lesson:
+    specs = tuple(RunSpec.parse(r, block_length) for r in runs)
+    title = " vs ".join(runs) + f": {prompt[:40]}"
+    return Lesson("custom", title, "", prompt, None, specs, gen_length)
+
+
+def report(data: dict) -> list[str]:
+    """One line per run with its numbers, and every lesson that does not show its idea."""
+    lines, bad = [], []
+    for lesson in data["lessons"]:
+        recording = Recording.from_dict(lesson)
+        for trace in recording.runs:
+            s = trace.stats()
+            lines.append(f"{recording.title} · {recording.run_name(trace)}: {s['forwards']} forwards, "
+                         f"{s['tokens']} tokens, TPF {s['tpf']:.2f}, drafts {s['drafts']}, edits {s['edits']}, "
+                         f"MBE edits {s['mbe_edits']}, answer {recording.verdict(trace)}")
+        bad += [f"{recording.title}: {p}" for p in problems(recording)]
+    return lines + [f"NOT SHOWN: {p} (find new prompts with `{SEARCH}`)" for p in bad]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Record the Learn view's lessons (runs of a model, replayed "
+                                                 "without it).")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default assets/model)")
+    parser.add_argument("--out", type=Path, default=RECORDING, help="output JSON (default assets/learn_trace.json)")
+    parser.add_argument("--prompt", help="record one custom lesson of this prompt instead of the default lessons")
+    parser.add_argument("--runs", nargs="+", default=["S", "Q"], help="with --prompt: modes, e.g. S Q 'M2T only' S+MBE")
+    parser.add_argument("--block-length", type=int, help="with --prompt: block length (default: each mode's)")
+    parser.add_argument("--gen-length", type=int, default=32, help="with --prompt: generation length")
+    args = parser.parse_args(argv)
+    lessons = LESSONS
+    if args.prompt is not None:
+        try:
+            lessons = (custom_lesson(args.prompt, args.runs, args.block_length, args.gen_length),)
+        except ValueError as err:
+            parser.error(str(err))
+    lines = report(record_file(args.model, args.out, lessons))
+    print("\n".join(lines))
+    print(f"wrote {args.out}")
+    return 1 if any(line.startswith("NOT SHOWN") for line in lines) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The S vs Q comparison: both modes on one prompt, sharing every forward (one batch), on one timeline.
+
+Each mode runs with its own preset, block length included (unless one is given explicitly). Each side
+streams like a playground run (patches of its canvas, a keyframe and the charts now and then); the last
+frame adds the word diff of the two outputs and a one-line verdict (forwards saved, and for a checkable
+prompt whether each answer is right). `compare_step` replays both canvases at a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gradio as gr
+
+from llada.trace import Trace
+
+from ..frame import Throttle, frame, problem
+from ..render import canvas, tables
+from ..render.live import LiveCanvas, patch_value
+from ..runs import LiveRun, interleave, start_batch
+from ..settings import check_prompt, check_request, presets_of
+from .run import CANVAS_FPS, CHART_FPS, charts_of
+
+
+class CompareFrame(NamedTuple):
+    """One update of the S vs Q comparison."""
+
+    error: Any
+    canvas_s: Any
+    canvas_q: Any
+    step: Any
+    table: Any
+    diff: Any
+    verdict: Any
+    chart_tps: Any
+    chart_tpf: Any
+    chart_steps: Any
+    patch: Any
+    pair: Any
+
+
+CANVAS_IDS = {"S": "canvas-s", "Q": "canvas-q"}
+
+
+def _compare_frame(runs: dict[str, LiveRun], lives: dict[str, LiveCanvas], figures: bool) -> CompareFrame:
+    """A frame while S and Q run: a patch (or keyframe) per canvas, the table, the charts now and then."""
+    traces = {label: run.trace for label, run in runs.items()}
+    values = {"error": "", "table": tables.stats_table(list(traces.items())), "pair": traces}
+    patches = []
+    for label, run in runs.items():
+        run.trace.name_tokens(run.pipe.token_texts, run.pipe.token_bytes)
+        update = lives[label].update(run.trace, keyframe=figures)
+        if update.html is not None:
+            values[CANVAS_IDS[label].replace("-", "_")] = update.html
+        patches.append(update.patch)
+    values["patch"] = patch_value(*patches) or gr.skip()
+    if figures:
+        values |= charts_of(list(traces.items()))
+    return frame(CompareFrame, **values)
+
+
+def _compare_final(traces: dict[str, Trace], error: str = "") -> CompareFrame:
+    top = max(t.steps for t in traces.values())
+    return frame(CompareFrame, error=error, canvas_s=canvas.render(traces["S"], top, elem_id="canvas-s"),
+                 canvas_q=canvas.render(traces["Q"], top, elem_id="canvas-q"),
+                 step=gr.update(maximum=max(top, 1), value=top), table=tables.stats_table(list(traces.items())),
+                 diff=tables.diff_html(traces["S"].text or "", traces["Q"].text or ""), pair=traces,
+                 verdict=tables.verdict(("S", traces["S"]), ("Q", traces["Q"])), **charts_of(list(traces.items())))
+
+
+def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
+    """S and Q runs of one prompt (block_length None: each mode's own; model_path None: the default)."""
+    check_prompt(prompt)
+    presets = presets_of(model_path or models.default)
+    requests = {mode: check_request(presets, prompt, mode, block_length=block_length, gen_length=gen_length)
+                for mode in ("S", "Q")}
+    return start_batch(models.get(model_path), requests)  # each trace is the one its mode gets alone
+
+
+def compare_ui(models, model_path, prompt, gen_length):
+    """S and Q on one prompt, each with its preset's block length, sharing each forward."""
+    try:
+        runs = compare_runs(models, model_path, prompt, None, gen_length)
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
+        yield frame(CompareFrame, error=problem(err).html)
+        return
+    frames, chart_due, pair = Throttle(1 / CANVAS_FPS), Throttle(1 / CHART_FPS), interleave(runs)
+    lives = {label: LiveCanvas(CANVAS_IDS[label]) for label in runs}
+    error = ""
+    try:
+        yield _compare_frame(runs, lives, False)
+        for _ in pair:
+            if frames.due():
+                yield _compare_frame(runs, lives, chart_due.due())
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
+        error = problem(err).html
+    finally:
+        pair.close()  # Stop or a closed tab ends both engines
+    yield _compare_final({label: run.trace for label, run in runs.items()}, error)
+
+
+def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
+    if not traces:
+        return gr.skip(), gr.skip()
+    k = int(step or 0)
+    return canvas.render(traces["S"], k, elem_id="canvas-s"), canvas.render(traces["Q"], k, elem_id="canvas-q")

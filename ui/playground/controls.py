@@ -1,0 +1,113 @@
+"""The playground's controls: the prompt bar, the mode row, the examples and the settings column.
+
+A named mode sets the sliders to the model's preset (thresholds, post steps, block length) when the
+user picks it; moving a threshold makes the mode Custom. Slider ranges are what the model accepts:
+the generation length stops where prompt and generation no longer fit its positions, and a value typed
+beyond a slider's range is not silently clamped: the page says what happened (assets/page.js).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from llada.presets import tau_text
+
+from .. import ASSETS, runs
+from ..knows import knows
+from ..settings import LIMITS, MODES, preset_values, presets_of
+
+EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
+
+
+def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
+    """Example runs: {label, prompt, mode, mbe, block_length, gen_length} each (assets/examples.json)."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def presets_note(model_path: str | None) -> str:
+    rows = []
+    for mode in ("S", "Q", "M2T only"):
+        v = preset_values(presets_of(model_path), mode)
+        rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_text(v['editing_threshold'], '.2f')} · "
+                    f"block {v['block_length']}")
+    return "Presets of this model: " + " · ".join(rows)
+
+
+def knows_note(model_path: str | None) -> str:
+    """The line on what the chosen model knows (its model_info.json, else its model card)."""
+    return f"**What this model knows:** {knows(model_path).line}"
+
+
+def apply_mode(model_path, mode, with_block: bool = True) -> tuple:
+    """Slider values of a preset: tau_mask, edit, tau_edit, max_post_steps, block_length (skips for Custom)."""
+    if mode == "Custom":
+        return (gr.skip(),) * 5
+    v = preset_values(presets_of(model_path), mode)
+    off = v["editing_threshold"] is None
+    block = v["block_length"] if with_block else gr.skip()
+    return v["threshold"], not off, gr.skip() if off else v["editing_threshold"], v["max_post_steps"], block
+
+
+def gen_limit(model_path: str | None, block_max: int = LIMITS["block_length"][1]) -> int:
+    """The longest generation the model takes after a short prompt (its positions, less one large block)."""
+    try:
+        raw = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8")) if model_path else {}
+        positions = int(raw.get("max_position_embeddings", 32768))
+    except (OSError, ValueError, TypeError):
+        positions = 32768
+    return max(LIMITS["gen_length"][0], min(LIMITS["gen_length"][1], positions - block_max))
+
+
+def prompt_bar(c: SimpleNamespace) -> None:
+    """Prompt, Generate and Stop, then the mode row: what a first visit needs above the fold."""
+    with gr.Row(equal_height=True):
+        c.prompt = gr.Textbox(label="Prompt (Ctrl+Enter or ⌘+Enter runs it)", lines=2, max_lines=8,
+                              elem_id="prompt", placeholder="176+771=", scale=5, min_width=300)
+        with gr.Column(scale=1, min_width=140):
+            c.generate = gr.Button("Generate", variant="primary", elem_id="generate")
+            c.stop = gr.Button("Stop", elem_id="stop")
+    with gr.Row(equal_height=True):
+        c.mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode", scale=3, min_width=300)
+        c.mbe = gr.Checkbox(value=False, label="Multi-Block Editing (MBE)", elem_id="mbe", scale=1, min_width=220)
+        c.teach = gr.Checkbox(value=True, label="replay slowly after each run", elem_id="teach", scale=1,
+                              min_width=220)
+
+
+def example_list(c: SimpleNamespace) -> gr.Examples:
+    items = examples()
+    rows = [[e[k] for k in EXAMPLE_INPUTS] for e in items]
+    return gr.Examples(rows, inputs=[getattr(c, k) for k in EXAMPLE_INPUTS], label="Examples: click one to run it",
+                       example_labels=[e["label"] for e in items], elem_id="examples", examples_per_page=6)
+
+
+def settings(c: SimpleNamespace, models) -> None:
+    """The settings column: model, thresholds, lengths, and the rest folded away."""
+    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
+                          info=models.note() or None)  # why a candidate is not offered
+    c.presets = gr.Markdown(presets_note(models.default), elem_id="presets")
+    s = preset_values(presets_of(models.default), "S")
+    c.tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",
+                           elem_id="tau-mask")
+    c.edit = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
+    c.tau_edit = gr.Slider(0, 1, value=s["editing_threshold"] or 0.0, step=0.01,
+                           label="τ_edit: edit a token when p > τ_edit (T2T)", elem_id="tau-edit")
+    c.block_length = gr.Slider(*LIMITS["block_length"], value=s["block_length"], step=4, label="block length",
+                               elem_id="block-length")
+    top = gen_limit(models.default)
+    c.gen_length = gr.Slider(LIMITS["gen_length"][0], top, value=min(128, top), step=8, label="generation length",
+                             elem_id="gen-length")
+    c.mbe_window = gr.Slider(*LIMITS["mbe_window"], value=1, step=1, label="MBE window (finished blocks kept "
+                             "editable)", elem_id="mbe-window")
+    with gr.Accordion("More settings", open=False):
+        c.max_post_steps = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
+                               label="max post steps (mask-free steps per block)", elem_id="max-post-steps")
+        c.temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)",
+                                  elem_id="temperature")
+        c.seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
+    c.ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
+    gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
+                "This tab keeps its last run for an hour.", elem_id="budget-note")

@@ -1,0 +1,80 @@
+"""Replaying the run on screen: the step scrubber, play / pause, a slow replay after a run, next edit, export.
+
+Replays re-render the session's stored Trace (a `gr.State`) and never touch the model.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from llada.trace import Trace
+
+from .. import export
+from ..render import canvas
+
+
+def show_step(trace: Trace | None, step, ghost) -> str:
+    return canvas.render(trace, int(step or 0), bool(ghost))
+
+
+def scrub(trace: Trace | None, step, ghost) -> tuple:
+    """The canvas at the scrubbed step; a replay in progress (a slow replay too) stops: the user took over."""
+    return show_step(trace, step, ghost), gr.Timer(active=False)
+
+
+TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
+TEACH_STEP_S = (0.15, 0.7)  # ... with each step shown between these bounds
+
+
+def play(speed) -> gr.Timer:
+    return gr.Timer(value=0.3 / float(speed or 1), active=True)
+
+
+def teach(trace: Trace | None, slow, ghost) -> tuple:
+    """After a run: replay it from step 0 at a teaching pace (when asked), so drafts and edits can be seen."""
+    if trace is None or not slow or trace.steps < 2:
+        return gr.skip(), gr.skip(), gr.skip()
+    pace = min(max(TEACH_SECONDS / trace.steps, TEACH_STEP_S[0]), TEACH_STEP_S[1])
+    return canvas.render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
+
+
+def pause() -> gr.Timer:
+    return gr.Timer(active=False)
+
+
+def start_play(trace: Trace | None, step, ghost, speed) -> tuple:
+    """Start the replay timer (from step 0 when the scrubber sits at the end)."""
+    if trace is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    k = 0 if int(step or 0) >= trace.steps else int(step or 0)
+    return canvas.render(trace, k, bool(ghost)), k, play(speed)
+
+
+def tick(trace: Trace | None, step, ghost) -> tuple:
+    """One replay step forward; the timer stops at the last step."""
+    if trace is None or int(step or 0) >= trace.steps:
+        return gr.skip(), gr.skip(), gr.Timer(active=False)
+    k = int(step or 0) + 1
+    return canvas.render(trace, k, bool(ghost)), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
+
+
+def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tuple:
+    """Jump to the next step that edited something (T2T or MBE); stay when there is none."""
+    k = canvas.next_edit_step(trace, step)
+    if k is None:
+        return gr.skip(), gr.skip()
+    return canvas.render(trace, k, bool(ghost), elem_id=elem_id), k
+
+
+def jump_to_edit(trace: Trace | None, step, ghost) -> tuple:
+    """Next edit, stopping a replay in progress: (canvas, step, timer)."""
+    return (*next_edit(trace, step, ghost), gr.Timer(active=False))
+
+
+EXPORTS = export.ExportDir()
+
+
+def export_files(trace: Trace | None) -> list[str] | None:
+    if trace is None:
+        raise gr.Error("nothing to export yet: run a prompt first", print_exception=False)
+    return [str(p) for p in export.write_exports(trace, EXPORTS.new())]

@@ -1,0 +1,143 @@
+"""A playground run: the widgets' settings checked, the engine run within its budget, frames streamed.
+
+`generate_ui(models, prompt=..., mode=..., ...)` takes the run's inputs by name (ui/playground/wire.py
+wires them so) and yields `RunFrame`s: one field per output component, `gr.skip()` for what a frame
+leaves unchanged. Live runs stream at most `CANVAS_FPS` canvas frames per second, each a patch of what
+changed (a whole canvas and the charts once per `1 / CHART_FPS` seconds, and at the end). Bad input is
+shown in `#error` and clears the old run; an unexpected failure is reported the same way
+(`ui.frame.problem`), never as a bare error badge, and the server log keeps its traceback.
+
+The widgets mean (`widget_settings`): a named mode sets the thresholds, its sliders only show them;
+Custom is the model's S mode with the sliders' thresholds, and editing off when its box is unticked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import gradio as gr
+
+from llada.trace import Trace
+
+from ..frame import Throttle, frame, problem
+from ..knows import knows, scope_hint
+from ..render import canvas, charts, tables
+from ..render.live import LiveCanvas, patch_value
+from ..runs import LiveRun, start
+from ..settings import Request, RunSettings, check_prompt, check_settings, presets_of
+
+CANVAS_FPS, CHART_FPS = 15.0, 1.0
+STOP_WAIT_S = 3.0  # how long Stop waits for the cancelled run to close its engine
+
+
+class RunFrame(NamedTuple):
+    """One update of the playground's run view."""
+
+    error: Any
+    canvas: Any
+    step: Any
+    stats: Any
+    chart_tps: Any
+    chart_tpf: Any
+    chart_steps: Any
+    edit_log: Any
+    text: Any
+    note: Any
+    heatmap: Any
+    patch: Any
+    trace: Any
+
+
+def cleared(error: str) -> RunFrame:
+    """A refused or failed request: the message, and the old run cleared from view (and from the session)."""
+    return frame(RunFrame, error=error, canvas=canvas.render(None, 0), step=gr.update(maximum=1, value=0),
+                 stats=tables.stats_line(None), chart_tps=None, chart_tpf=None, chart_steps=None, heatmap=None,
+                 edit_log=tables.edit_log(None), text="", note="", trace=None)
+
+
+def charts_of(runs: list[tuple[str, Trace]]) -> dict:
+    tps, tpf, steps = charts.all_figures(runs)
+    return {"chart_tps": tps, "chart_tpf": tpf, "chart_steps": steps}
+
+
+def widget_settings(presets: dict[str, dict], mode="S", tau_mask=None, edit=True, tau_edit=None,
+                    **rest) -> RunSettings:
+    """The settings the playground's widgets mean (see the module docstring); InputError if one is bad."""
+    custom = mode == "Custom"  # a named mode sets the thresholds; the sliders only show them
+    return check_settings(presets, mode, tau_mask=tau_mask if custom else None,
+                          tau_edit=tau_edit if custom else None, edit=bool(edit) or not custom, **rest)
+
+
+# ---- the playground run -------------------------------------------------------------------------------
+
+def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
+    """A frame while the run goes on: a canvas patch (or keyframe with the charts), the stats line."""
+    trace = run.trace
+    trace.name_tokens(run.pipe.token_texts, run.pipe.token_bytes)
+    update = live.update(trace, keyframe=figures)
+    values = {"error": "", "stats": tables.stats_line(trace, live=True), "trace": trace,
+              "patch": patch_value(update.patch) if update.patch else gr.skip()}
+    if update.html is not None:
+        values |= {"canvas": update.html, "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps)}
+    if figures:
+        values |= charts_of([(trace.mode, trace)]) | {"text": partial_text(run)}
+    return frame(RunFrame, **values)
+
+
+def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "") -> RunFrame:
+    """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
+    return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
+                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps), stats=tables.stats_line(trace),
+                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint), trace=trace,
+                 heatmap=charts.confidence_figure(trace), **charts_of([(trace.mode, trace)]))
+
+
+def generate_ui(models, prompt=None, model=None, ghost=False, **widgets):
+    """Run one decode and stream frames of it; the last frame carries the edit log and the final text.
+
+    `widgets`: mode, tau_mask, edit, tau_edit, mbe, mbe_window, block_length, gen_length, max_post_steps,
+    temperature, seed (see `widget_settings`); `model`: an offered model's path (None: the default)."""
+    try:
+        prompt = check_prompt(prompt)
+        req = Request(prompt, widget_settings(presets_of(model or models.default), **widgets))
+        run = start(models.get(model), req)
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
+        yield cleared(problem(err).html)
+        return
+    yield from _stream(run, bool(ghost), scope_hint(prompt, knows(model or models.default)))
+
+
+def _stream(run: LiveRun, ghost: bool, hint: str = ""):
+    live, frames = LiveCanvas("canvas", ghost), Throttle(1 / CANVAS_FPS)
+    chart_due = Throttle(1 / CHART_FPS, wait_first=True)  # charts of one point say nothing
+    error = ""
+    try:
+        yield _live_frame(run, live, figures=False)  # the prompt and its masks, before the first forward
+        for record in run.records:
+            if record.kind == "decode" and frames.due():
+                yield _live_frame(run, live, figures=chart_due.due())
+        run.close("done")
+    except Exception as err:  # noqa: BLE001 - refused or failed: told in #error, the run kept as stopped
+        told = problem(err)
+        error = told.html
+        run.close("stopped", told.text)
+    finally:
+        run.close()  # a closed tab or Stop closes this generator, and with it the engine's
+    yield final_frame(run.trace, ghost, error, hint)
+
+
+def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
+    """After Stop: wait for the cancelled run to close, then show it whole, as stopped at its last forward."""
+    if trace is None:
+        return frame(RunFrame)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while trace.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if trace.status == "running":  # the engine did not hand control back in time: say so, keep the trace
+        trace.finish("stopped", "stopped by the user")
+    return final_frame(trace, bool(ghost))
+
+
+def partial_text(run: LiveRun) -> str:
+    return run.pipe.decode_text(run.trace.output_ids)

@@ -1,0 +1,360 @@
+"""The token canvas: one HTML element per position, in the state it has after a given step.
+
+States (the `data-state` of each `.tok`, styled by assets/style.css):
+
+* `prompt` — a prompt token; `mask` — still masked (drawn in the active block, counted beyond it);
+* `draft` — filled from a mask at the shown step (M2T); `edit` — replaced at the shown step inside the
+  active block (T2T), drawn as old → new; `mbe` — replaced at the shown step in an earlier block;
+* `stable` — a generated token that did not change at the shown step.
+
+What keeps a long run readable: masks of later blocks and the tail past the output are counted, not
+drawn; a run of EOS after the output collapses into its first EOS (`×N`); a long prompt is folded
+to its two ends; spaces and newlines show as faint glyphs; a character split across byte-level
+tokens is joined and shown on the token where it starts. The active block carries `act`.
+
+Two ways out, both pure (a Trace and steps in, strings out):
+
+* `render(trace, step)` — the whole canvas;
+* `patch(trace, since, step)` — only what differs between two steps: the cells whose drawing changed,
+  the header, the counts and the classes of the blocks involved. The live view and the exported replay
+  apply patches in the browser (assets/canvas.js), so a frame costs O(changes), not O(sequence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+
+from llada.presets import tau_text
+from llada.trace import Change, StepRecord, Trace
+
+TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
+PROMPT_ENDS = 24  # a prompt longer than 3x this shows its first and last PROMPT_ENDS tokens
+STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
+STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
+WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
+LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
+          ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"))
+GLYPHS = {" ": "·", "\t": "⇥", "\n": "↵\n"}  # whitespace made visible; a newline still breaks the line
+
+
+def text(trace: Trace, token: int | None) -> str:
+    """The display text of a token id on its own (its id when the trace has no name for it)."""
+    return trace.texts.get(token, str(token))
+
+
+@dataclass
+class View:
+    """Everything needed to draw any position of a trace after one step."""
+
+    trace: Trace
+    step: int
+    tokens: list[int]
+    record: StepRecord | None
+    active: int  # the active block
+    end: int  # first position after the output
+    ghost: bool
+    now: dict[int, tuple[str, Change]] = field(default_factory=dict)  # pos -> (state, change) at this step
+    joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
+
+    @property
+    def B(self) -> int:
+        return self.trace.block_length
+
+
+def view(trace: Trace, step: int, ghost: bool = False) -> View:
+    step = max(0, min(step, trace.steps))
+    tokens, record = trace.tokens_at(step), trace.step_record(step)
+    active = record.block if record else trace.prompt_length // trace.block_length
+    now = {c.pos: (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
+    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now)
+
+
+def output_end(trace: Trace, tokens: list[int]) -> int:
+    """First position after the output: past gen_length, or just after the first generated EOS."""
+    end = trace.prompt_length + trace.gen_length
+    try:
+        return tokens.index(trace.eos_id, trace.prompt_length, end) + 1
+    except ValueError:
+        return end
+
+
+# ---- one cell ---------------------------------------------------------------------------------------
+
+def _state(v: View, pos: int) -> str:
+    if pos < v.trace.prompt_length:
+        return "prompt"
+    if pos in v.now:
+        return v.now[pos][0]
+    return "mask" if v.tokens[pos] == v.trace.mask_id else "stable"
+
+
+def _folded(v: View, pos: int) -> bool:
+    P = v.trace.prompt_length
+    return P > 3 * PROMPT_ENDS and PROMPT_ENDS <= pos < P - PROMPT_ENDS
+
+
+def _in_eos_run(v: View, pos: int) -> bool:
+    """An EOS after the output's own EOS that follows another EOS: collapsed into the run's first (whose
+    `×N` counts them, whatever state they are in)."""
+    eos = v.trace.eos_id
+    return pos >= v.end and v.tokens[pos] == eos and pos - 1 >= v.end - 1 and v.tokens[pos - 1] == eos
+
+
+def _hidden(v: View, pos: int, state: str) -> str:
+    """Why a cell is not drawn ('' when it is): far, tail, run or fold."""
+    block = pos // v.B
+    if state == "mask" and block > v.active:
+        return "far"
+    if pos >= v.end + TAIL_SHOWN and block != v.active:
+        return "tail"
+    if _folded(v, pos):
+        return "fold"
+    return "run" if _in_eos_run(v, pos) else ""
+
+
+def _run_length(v: View, pos: int) -> int:
+    """For the first EOS of a collapsed run: how many drawn EOS it stands for (1 when it is no run head)."""
+    n = 1
+    while pos + n < len(v.tokens) and _hidden(v, pos + n, "stable") == "run":
+        n += 1
+    return n
+
+
+def _joined_text(v: View, pos: int) -> str | None:
+    """The text of a position inside a run of split-character tokens: characters that start in its bytes."""
+    partial = v.trace.partial
+    if v.tokens[pos] not in partial:
+        return None
+    if pos not in v.joined:
+        lo, hi = pos, pos + 1
+        while lo > 0 and v.tokens[lo - 1] in partial:
+            lo -= 1
+        while hi < len(v.tokens) and v.tokens[hi] in partial:
+            hi += 1
+        v.joined.update(_split_characters([bytes.fromhex(partial[t]) for t in v.tokens[lo:hi]], lo))
+    return v.joined[pos]
+
+
+def _split_characters(chunks: list[bytes], first: int) -> dict[int, str]:
+    """Decode the chunks' bytes together; each character goes to the chunk holding its first byte."""
+    owner = [i for i, chunk in enumerate(chunks) for _ in chunk]  # byte -> chunk
+    data = b"".join(chunks)
+    out, i = {first + k: "" for k in range(len(chunks))}, 0
+    while i < len(data):
+        size = next((n for n in (1, 2, 3, 4) if _decodes(data[i:i + n])), 1)
+        out[first + owner[i]] += data[i:i + size].decode("utf-8", errors="replace")
+        i += size
+    return out
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _visible(s: str) -> str:
+    """Escaped text with whitespace drawn as faint glyphs."""
+    return "".join(f'<span class="ws">{GLYPHS[ch]}</span>' if ch in GLYPHS else escape(ch) for ch in s)
+
+
+def _token_html(v: View, token: int, cls: str, pos: int | None = None) -> str:
+    trace = v.trace
+    special = token in (trace.mask_id, trace.eos_id)
+    shown = _joined_text(v, pos) if pos is not None else None
+    body = escape(text(trace, token)) if special else _visible(text(trace, token) if shown is None else shown)
+    return f'<span class="{cls}{" sp" if special else ""}">{body}</span>'
+
+
+def _p_of(v: View, pos: int, state: str) -> float | None:
+    if state in ("draft", "edit", "mbe"):
+        return v.now[pos][1].p
+    if state == "stable":
+        write = v.trace.last_write(pos, v.step)
+        return write[2] if write else None
+    return None
+
+
+def cell_html(v: View, pos: int) -> str:
+    """The `.tok` element of one position."""
+    trace, token = v.trace, v.tokens[pos]
+    state = _state(v, pos)
+    hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
+    classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
+    attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
+             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p))}"']
+    if p is not None:
+        attrs.append(f'style="--p:{p:.3f}"')
+        if state in ("draft", "edit", "mbe"):
+            attrs.append(f'data-p="{p:.4f}"')
+    change = v.now.get(pos, (None, None))[1]
+    if state in ("edit", "mbe"):
+        attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
+        inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
+                 + _token_html(v, token, "new", pos))
+    elif state == "mask":
+        guess = v.record.guesses[pos - v.record.window[0]] if v.ghost and v.record and pos // v.B == v.active else None
+        inner = _token_html(v, guess, "ghost") if guess is not None else ""
+    else:
+        inner = _token_html(v, token, "txt", pos)
+    if token == trace.eos_id and not hidden and (run := _run_length(v, pos)) > 1:
+        attrs.append(f'data-run="{run}"')
+    return f"<span {' '.join(attrs)}>{inner}</span>"
+
+
+def _tip(v: View, pos: int, state: str, p: float | None) -> str:
+    trace, token = v.trace, v.tokens[pos]
+    q = f'#{pos} "{text(trace, token)}"'
+    if state == "prompt":
+        return f"{q} · prompt"
+    if state == "mask":
+        if not (v.ghost and v.record and pos // v.B == v.active):
+            return f"#{pos} mask"
+        guess = v.record.guesses[pos - v.record.window[0]]
+        return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={v.record.p_at(pos):.2f}'
+    if state == "draft":
+        tau = trace.settings.threshold
+        rule = f"> τ_mask {tau:.2f}" if p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
+        return f"{q} · drafted at step {v.step} · p={p:.2f} {rule}"
+    if state in ("edit", "mbe"):
+        how = "T2T edit" if state == "edit" else f"MBE edit of block {pos // v.B}"
+        return (f'{q} replaced "{text(trace, v.now[pos][1].old)}" at step {v.step} · {how} · '
+                f"p={p:.2f} > τ_edit {tau_text(trace.settings.editing_threshold, '.2f')}")
+    k, kind, wp = trace.last_write(pos, v.step)
+    return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
+
+
+# ---- the parts around the cells ---------------------------------------------------------------------
+
+def block_class(v: View, b: int) -> str:
+    B, mask = v.B, v.trace.mask_id
+    cells = v.tokens[b * B:(b + 1) * B]
+    unseen = b > v.active and (cells.count(mask) == len(cells) or b * B >= v.end + TAIL_SHOWN)
+    return "blk act" if b == v.active else "blk far" if unseen else "blk"
+
+
+def step_label(v: View) -> str:
+    """What the shown step did, in words."""
+    r = v.record
+    if r is None:
+        return f"step 0/{v.trace.steps} · the prompt and its masks, before the first forward"
+    did = [f"{n} {word}" for n, word in ((len(r.drafts), "drafted"), (len(r.edits), "edited (T2T)"),
+                                          (len(r.mbe_edits), "edited in earlier blocks (MBE)")) if n]
+    what = ", ".join(did) if did else "checked the block: no change, the block is done"
+    return f"step {v.step}/{v.trace.steps} · block {r.block} · {what}"
+
+
+def header_html(v: View) -> str:
+    s = v.trace.settings
+    mbe = f"on (window {s.mbe_window})" if s.mbe else "off"
+    tau_edit = tau_text(s.editing_threshold, ".2f")
+    taus = (f"mode {escape(v.trace.mode)} · τ_mask {s.threshold:.2f} · τ_edit {tau_edit}"
+            f" · MBE {mbe} · block {s.block_length}")
+    return f'<span class="where">{escape(step_label(v))}</span><span class="taus">{taus}</span>'
+
+
+def counts_html(v: View) -> str:
+    """What is counted instead of drawn: masks of later blocks, and the positions past the output."""
+    B, tokens, mask = v.B, v.tokens, v.trace.mask_id
+    later = (v.active + 1) * B
+    hidden = tokens[later:].count(mask)
+    notes = []
+    if hidden:
+        n_blocks = sum(1 for b in range(v.active + 1, len(tokens) // B) if mask in tokens[b * B:(b + 1) * B])
+        notes.append(f'+ {hidden} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}')
+    start = v.end + TAIL_SHOWN  # tail: from here on, outside the active block, masks of later blocks aside
+    tail = max(0, len(tokens) - start) - max(0, min(later, len(tokens)) - max(start, v.active * B))
+    tail -= tokens[max(start, later):].count(mask)
+    if tail > 0:
+        notes.append(f"+ {tail} positions past the end of the output (EOS padding or never decoded)")
+    return "".join(f'<span class="more">{n}</span>' for n in notes)
+
+
+def legend_html() -> str:
+    items = "".join(f'<span class="key" data-state="{state}"><span class="txt">{label}</span></span>'
+                    for state, label in LEGEND)
+    return (f'<div class="legend">{items}<span class="key act-key">active block</span><span class="hint">'
+            f"shade = confidence p · hover a token for details · | n = block n starts</span></div>")
+
+
+def _fold_html(trace: Trace, elem_id: str) -> str:
+    P = trace.prompt_length
+    if P <= 3 * PROMPT_ENDS:
+        return ""
+    box = f"{elem_id}-fold"
+    return (f'<input type="checkbox" class="fold-toggle" id="{box}"><label class="fold-label" for="{box}">'
+            f"{P - 2 * PROMPT_ENDS} prompt tokens folded: show them</label>")
+
+
+def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "canvas",
+           legend: bool = True) -> str:
+    """The canvas HTML of `trace` after decode step `step`; an empty canvas when there is no trace."""
+    if trace is None:
+        return (f'<div id="{elem_id}" class="canvas empty" data-step="0" data-steps="0">'
+                f'<p class="hint">Type a prompt and press Generate: the canvas shows every position as the '
+                f"model drafts and edits it.</p></div>")
+    v = view(trace, step, ghost)
+    blocks = []
+    for b in range(trace.length // v.B):
+        cells = "".join(cell_html(v, pos) for pos in range(b * v.B, (b + 1) * v.B))
+        blocks.append(f'<span class="{block_class(v, b)}" data-block="{b}"><span class="bnd" data-b="{b}" '
+                      f'title="block {b} starts at position {b * v.B}"></span>{cells}</span>')
+    return (f'<div id="{elem_id}" class="canvas" data-step="{v.step}" data-steps="{trace.steps}" '
+            f'data-base="{v.step}" data-block-length="{v.B}"><div class="canvas-head">{header_html(v)}</div>'
+            f'{legend_html() if legend else ""}{_fold_html(trace, elem_id)}<div class="seq">{"".join(blocks)}'
+            f'</div><div class="counts">{counts_html(v)}</div></div>')
+
+
+# ---- patches ----------------------------------------------------------------------------------------
+
+def changed_positions(trace: Trace, a: View, b: View) -> set[int]:
+    """Positions whose cell may be drawn differently after step b.step than after step a.step (a < b)."""
+    B, L = a.B, trace.length
+    out, blocks = set(), {a.active, b.active}
+    for k in range(max(a.step, 1), b.step + 1):
+        record = trace.step_record(k)
+        out.update(c.pos for c in record.changes)
+        blocks.add(record.block)
+    for blk in blocks:
+        out.update(range(blk * B, min((blk + 1) * B, L)))
+    lo, hi = min(a.end, b.end) - 1, max(a.end, b.end) + TAIL_SHOWN + 1
+    out.update(range(max(lo, 0), min(hi, L)))
+    for pos in list(out):
+        out.update(_neighbours(b, pos))
+    return out
+
+
+def _neighbours(v: View, pos: int) -> range:
+    """The EOS run or split-character run around `pos`: their cells depend on each other."""
+    special = {v.trace.eos_id} | set(v.trace.partial)
+    lo, hi = pos, pos + 1
+    while lo > 0 and v.tokens[lo - 1] in special:
+        lo -= 1
+    while hi < len(v.tokens) and v.tokens[hi] in special:
+        hi += 1
+    return range(lo, hi)
+
+
+def patch(trace: Trace, since: int, step: int, ghost: bool = False) -> dict:
+    """The difference between the canvas after `since` and after `step` (since <= step), as JSON-ready data:
+    {"base", "step", "steps", "head", "counts", "blocks": [[b, class]], "cells": [[pos, html]]}."""
+    a, b = view(trace, since, ghost), view(trace, step, ghost)
+    positions = sorted(changed_positions(trace, a, b))
+    touched = sorted({pos // b.B for pos in positions} | {a.active, b.active})
+    return {"base": since, "step": b.step, "steps": trace.steps, "head": header_html(b), "counts": counts_html(b),
+            "blocks": [[blk, block_class(b, blk)] for blk in touched],
+            "cells": [[pos, cell_html(b, pos)] for pos in positions]}
+
+
+def next_edit_step(trace: Trace | None, step) -> int | None:
+    """The first step after `step` that edited something (T2T or MBE); None when there is none."""
+    if trace is None:
+        return None
+    for k in range(int(step or 0) + 1, trace.steps + 1):
+        record = trace.step_record(k)
+        if record.edits or record.mbe_edits:
+            return k
+    return None

@@ -1,0 +1,72 @@
+"""What a live view sends while a run goes on: a whole canvas now and then, small patches in between.
+
+A frame of a growing run must cost what changed, not what exists: `LiveCanvas` sends a keyframe (the
+whole canvas, `ui.canvas.render`) when asked, at the first frame, or when the patch since the last
+keyframe grew large; otherwise a patch (`ui.canvas.patch`) holding every cell changed since that
+keyframe. Patches are cumulative on purpose: the browser (assets/canvas.js) applies one only on top of
+the keyframe it was computed from, so a patch lost or merged on the way is repaired by the next one.
+
+The patch component is a `gr.HTML` that draws nothing: its value is {"patches": [...]}, and its script
+applies each patch to the canvas whose id the patch names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llada.trace import Trace
+
+from .. import ASSETS
+from . import canvas
+
+MAX_PATCH_CELLS = 512  # beyond this a keyframe is as cheap as the patch
+
+
+@dataclass(frozen=True)
+class CanvasUpdate:
+    html: str | None  # a keyframe: the whole canvas (None: no keyframe this time)
+    patch: dict | None  # cells changed since the last keyframe (None: nothing to patch)
+
+
+class LiveCanvas:
+    """The canvas of one growing trace, as the browser gets it."""
+
+    def __init__(self, elem_id: str = "canvas", ghost: bool = False):
+        self.elem_id, self.ghost, self.base = elem_id, ghost, None
+
+    def update(self, trace: Trace, keyframe: bool = False) -> CanvasUpdate:
+        step = trace.steps
+        if self.base is not None and not keyframe and step > self.base:
+            patch = canvas.patch(trace, self.base, step, self.ghost) | {"target": self.elem_id}
+            if len(patch["cells"]) <= MAX_PATCH_CELLS:
+                return CanvasUpdate(None, patch)
+        if self.base == step and not keyframe:
+            return CanvasUpdate(None, None)
+        self.base = step
+        return CanvasUpdate(canvas.render(trace, step, self.ghost, elem_id=self.elem_id), None)
+
+
+def patch_value(*patches: dict | None) -> dict | None:
+    """The patch component's value for a frame (None when no canvas has a patch)."""
+    found = [p for p in patches if p is not None]
+    return {"patches": found} if found else None
+
+
+def canvas_script() -> str:
+    """assets/canvas.js: apply a patch to a canvas and keep its active block in view."""
+    return (ASSETS / "canvas.js").read_text(encoding="utf-8")
+
+
+PATCHER_JS = """
+watch('value', () => {
+  const value = props.value;
+  if (!value || !value.patches) return;
+  for (const patch of value.patches) {
+    window.lladaCanvas.apply(document.getElementById(patch.target), patch, true);
+  }
+});
+"""
+
+FOLLOW_JS = """
+watch('value', () => window.lladaCanvas.follow(element.querySelector('.canvas')));
+"""

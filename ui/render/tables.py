@@ -1,0 +1,121 @@
+"""Tables and text of a run: the stats line, the comparison table and verdict, the edit log, a diff of two
+outputs, and the note under an output that is empty or cut."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from html import escape
+
+import pandas as pd
+
+from llada.data.check import is_right
+from llada.trace import Trace
+
+from .canvas import text
+
+STATS_COLUMNS = ["run", "block", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits", "answer"]
+EDIT_COLUMNS = ["step", "block", "position", "old", "new", "p", "kind"]
+
+
+def stats_line(trace: Trace | None, live: bool = False) -> str:
+    """The run's numbers as one line of text (the `#stats` element)."""
+    if trace is None:
+        return "No run yet."
+    s = trace.stats()
+    state = "running…" if live or trace.status == "running" else "done" if trace.status == "done" else (
+        f"stopped at forward {s['forwards']}" + (f" ({trace.note})" if trace.note else ""))
+    return (f"{state} · forwards {s['forwards']} ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
+            f"tokens {s['tokens']} · TPF {s['tpf']:.2f} · TPS {s['tps']:.1f} · drafts {s['drafts']} · "
+            f"edits {s['edits']} · MBE edits {s['mbe_edits']}")
+
+
+def correctness(trace: Trace) -> str:
+    """'right' / 'wrong' for a checkable prompt (an arithmetic, sort, reverse or rename task), else '—'."""
+    right = is_right(trace.prompt, trace.text)
+    if right is None or trace.status == "running":
+        return "—"
+    return "right" if right else "wrong"
+
+
+def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:
+    rows = []
+    for label, trace in runs:
+        s = trace.stats()
+        rows.append([label, trace.block_length, s["forwards"], s["tokens"], round(s["tpf"], 3), round(s["tps"], 1),
+                     s["drafts"], s["edits"], s["mbe_edits"], correctness(trace)])
+    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+
+
+def verdict(fast: tuple[str, Trace], careful: tuple[str, Trace]) -> str:
+    """One line on a comparison, e.g. 'S: 2.1× fewer forwards than Q (TPF 4.20 vs 2.00), same answer'."""
+    (a, ta), (b, tb) = fast, careful
+    if not ta.forwards or not tb.forwards:
+        return ""
+    ratio = tb.forwards / ta.forwards
+    speed = (f"{ratio:.1f}× fewer forwards than {b}" if ratio >= 1.05 else
+             f"{1 / ratio:.1f}× more forwards than {b}" if ratio <= 0.95 else f"as many forwards as {b}")
+    right = {label: correctness(t) for label, t in (fast, careful)}
+    if "—" in right.values():
+        answer = "same output" if ta.text == tb.text else "different outputs"
+    elif right[a] == right[b]:
+        answer = "both right" if right[a] == "right" else "both wrong"
+    else:
+        answer = f"{a} {right[a]}, {b} {right[b]}"
+    return f"{a}: {speed} (TPF {ta.tpf:.2f} vs {tb.tpf:.2f}), {answer}"
+
+
+def output_note(trace: Trace | None, hint: str = "") -> str:
+    """Why an output is empty, blank or cut, in a sentence, then `hint` (why a prompt may get no answer);
+    '' when there is nothing to explain."""
+    if trace is None or trace.status == "running":
+        return ""
+    return " ".join(part for part in (_output_why(trace), hint) if part)
+
+
+def _output_why(trace: Trace) -> str:
+    ids, eos = trace.output_ids, trace.eos_id
+    if trace.status == "stopped":
+        why = f" ({trace.note})" if trace.note else ""
+        return f"Stopped at forward {trace.forwards}{why}: the output is what was written by then."
+    if ids == [eos] or not ids:
+        return ("The model's first token was the end of text: it had nothing to add to this prompt. Try one of "
+                "the examples: they are in the formats the model was trained on.")
+    if not (trace.text or "").strip():
+        n = len([t for t in ids if t != eos])
+        return (f"The output is only whitespace ({n} token{'s' * (n != 1)} of spaces or line breaks): the model "
+                "found nothing it knows how to continue here.")
+    if eos not in ids and len(ids) >= trace.gen_length:
+        return (f"The output is cut at the generation length ({trace.gen_length} tokens) before the model ended "
+                "it: raise the generation length to see more.")
+    return ""
+
+
+def edit_log(trace: Trace | None) -> pd.DataFrame:
+    """Every edit of the run: step, block, position, old → new, p, T2T or MBE."""
+    if trace is None:
+        return pd.DataFrame(columns=EDIT_COLUMNS)
+    kinds = {"edits": "T2T", "mbe_edits": "MBE"}
+    rows = [[step, c.pos // trace.block_length, c.pos, text(trace, c.old), text(trace, c.token), round(c.p, 3),
+             kinds[kind]] for step, kind, c in trace.edit_events()]
+    return pd.DataFrame(rows, columns=EDIT_COLUMNS)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\s+|\w+|[^\w\s]", text)
+
+
+def diff_html(a: str, b: str, label_a: str = "S", label_b: str = "Q") -> str:
+    """Word-level diff of two outputs: <del> only in `a`, <ins> only in `b`, all text escaped."""
+    wa, wb = _words(a), _words(b)
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(escape("".join(wa[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(f"<del>{escape(''.join(wa[i1:i2]))}</del>")
+        if j2 > j1:
+            out.append(f"<ins>{escape(''.join(wb[j1:j2]))}</ins>")
+    same = "identical outputs" if a == b else f"<del>only in {label_a}</del> <ins>only in {label_b}</ins>"
+    return f'<div class="diff"><div class="diff-key">{same}</div><pre>{"".join(out)}</pre></div>'

@@ -1,0 +1,134 @@
+"""A run's settings, from widget to engine: checked inputs, the UI's mode label and the engine's DecodeConfig.
+
+`check_request` refuses bad input with an `InputError` that names the field and the allowed values
+(shown in `#error`, or as a Gradio error over the API): types are strict (a boolean is a boolean, a
+prompt is a string), numbers finite, and a prompt needs visible characters and valid Unicode. What it
+returns is one value, `Request(prompt, RunSettings(mode, config))`: the UI's mode label (S, Q, M2T only,
+Custom) and the `DecodeConfig` the engine runs, resolved from the model's presets.
+
+Settings follow the engine's one rule (`llada.presets`): a named mode sets the thresholds, a threshold
+given explicitly overrides it; Custom is the model's S mode with the thresholds given.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from pathlib import Path
+from typing import NamedTuple
+
+from llada.config import DecodeConfig
+from llada.presets import load_presets, merged, resolve
+
+MODES = ("S", "Q", "M2T only", "Custom")
+ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S"}  # UI label -> preset
+LIMITS = {"block_length": (4, 128), "gen_length": (8, 1024), "max_post_steps": (0, 64), "mbe_window": (1, 4),
+          "temperature": (0.0, 2.0), "seed": (0, 2**31 - 1)}
+MAX_PROMPT_CHARS = 8000
+PRESET_KEYS = ("threshold", "editing_threshold", "max_post_steps", "block_length")
+INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp", "Cs")  # control, format (zero-width), separators, surrogates
+
+
+class InputError(ValueError):
+    """An input the playground refuses; the message says what is allowed."""
+
+
+class RunSettings(NamedTuple):
+    """How one run decodes: the UI's mode label (S, Q, M2T only, Custom) and the engine's settings."""
+
+    mode: str
+    config: DecodeConfig
+
+
+class Request(NamedTuple):
+    """A checked request: the prompt and its run's settings."""
+
+    prompt: str
+    settings: RunSettings
+
+
+def _number(name: str, value, low: float, high: float, integer: bool = False) -> float | int:
+    kind = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name} must be {kind} between {low:g} and {high:g}, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise InputError(f"{name} must be a finite number between {low:g} and {high:g}, got {value!r}")
+    if integer and value != int(value):
+        raise InputError(f"{name} must be a whole number between {low:g} and {high:g}, got {value!r}")
+    if not low <= value <= high:
+        raise InputError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _optional(name: str, value, low: float, high: float, integer: bool = False):
+    return None if value is None else _number(name, value, low, high, integer)
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _shown(value) -> str:
+    """A short description of a refused value (its type, and the value when short)."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_prompt(prompt) -> str:
+    """The prompt, or InputError: a string of valid Unicode with at least one visible character."""
+    if not isinstance(prompt, str):
+        raise InputError(f"prompt must be text (a string), got {_shown(prompt)}")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InputError(f"the prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in prompt):
+        raise InputError("the prompt holds an unpaired surrogate (U+D800 to U+DFFF): send valid Unicode text")
+    if not prompt.strip() or all(unicodedata.category(ch) in INVISIBLE for ch in prompt):
+        raise InputError("the prompt is empty (it has no visible characters): type something for the model "
+                         "to continue")
+    return prompt
+
+
+def check_settings(presets: dict[str, dict] | None, mode="S", tau_mask=None, tau_edit=None, edit=True, mbe=False,
+                   mbe_window=1, block_length=None, gen_length=128, max_post_steps=None, temperature=0.0,
+                   seed=None) -> RunSettings:
+    """The settings of a model with `presets` (None: the official ones), or InputError naming the first bad
+    input. None for tau_mask, tau_edit, block_length or max_post_steps means the mode's value; edit False
+    switches editing (T2T) off whatever tau_edit says."""
+    if not isinstance(mode, str) or mode not in ENGINE_MODE:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {_shown(mode)}")
+    explicit = {"threshold": _optional("tau_mask", tau_mask, 0.0, 1.0),
+                "editing_threshold": _optional("tau_edit", tau_edit, 0.0, 1.0)}
+    edit, mbe = _flag("edit", edit), _flag("mbe", mbe)
+    explicit |= {"mbe_window": _number("mbe_window", mbe_window, *LIMITS["mbe_window"], integer=True),
+                 "block_length": _optional("block_length", block_length, *LIMITS["block_length"], integer=True),
+                 "gen_length": _number("gen_length", gen_length, *LIMITS["gen_length"], integer=True),
+                 "max_post_steps": _optional("max_post_steps", max_post_steps, *LIMITS["max_post_steps"], True),
+                 "temperature": _number("temperature", temperature, *LIMITS["temperature"]),
+                 "seed": _optional("seed", seed, *LIMITS["seed"], integer=True)}
+    explicit = {k: v for k, v in explicit.items() if v is not None or k == "seed"} | {"mbe": mbe}
+    if not edit:
+        explicit["editing_threshold"] = None
+    try:
+        return RunSettings(mode, resolve(ENGINE_MODE[mode], presets, **explicit))
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def check_request(presets: dict[str, dict] | None, prompt, mode="S", **settings) -> Request:
+    """A checked Request (the prompt first, then `check_settings`), or InputError."""
+    return Request(check_prompt(prompt), check_settings(presets, mode, **settings))
+
+
+def presets_of(model_path: str | Path | None) -> dict[str, dict]:
+    """The presets of a model directory (its presets.json over the official ones), read without loading it."""
+    return load_presets(Path(model_path)) if model_path else merged({})
+
+
+def preset_values(presets: dict[str, dict], mode: str) -> dict:
+    """The values in force for a UI mode of a model (its presets.json over the official ones)."""
+    if mode == "Custom":
+        return {}
+    cfg = resolve(ENGINE_MODE[mode], presets)
+    return {key: getattr(cfg, key) for key in PRESET_KEYS}
