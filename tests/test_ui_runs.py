@@ -63,7 +63,7 @@ def test_closing_the_handler_stops_the_engine(models, monkeypatch):
     next(run)  # the engine has started
     run.close()  # what Gradio does when a tab closes or Stop is pressed
     engine = engines[0]
-    assert engine.gi_frame is None and next(engine, None) is None  # the decode generator is finished
+    assert engine.closed and next(engine, None) is None  # the decode stream is finished
     assert first.trace.status == "stopped" and first.trace.steps < 64
 
 
