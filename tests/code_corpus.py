@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llada.eval.sources import EVAL_BUCKETS
-from llada.eval.split import is_held_out
+from llada.data.sources import EVAL_BUCKETS
+from llada.data.split import is_held_out
 
 LIBRARY = '''"""A tiny geometry library."""
 import math

@@ -9,7 +9,7 @@ import pytest
 
 from llada.budget import Budget
 from llada.eval import sweep as sw
-from llada.eval.tasks import Item
+from llada.data.tasks import Item
 from llada.pipeline import Pipeline
 from ui.runs import drain, start
 from ui.settings import check_request

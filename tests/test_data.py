@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from llada.eval import code, sources, tasks
+from llada.data import code, sources, tasks
 from llada.train.corpus import build_corpus
 from llada.train.data import Encoded, RowSampler, Rows, to_batch, window_rows, packed_rows
 from code_corpus import LIBRARY, write_tree

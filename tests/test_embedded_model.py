@@ -41,7 +41,7 @@ def test_generates_code_and_stops(pipe):
 
 def test_solves_held_out_items(pipe):
     from llada.eval.harness import mode_config, score_item
-    from llada.eval.tasks import eval_items
+    from llada.data.tasks import eval_items
 
     items = eval_items("sort", 3, seed=0) + eval_items("reverse", 3, seed=0)  # 100% in the model card
     assert sum(score_item(pipe, item, mode_config(pipe, "Q", 32)).correct for item in items) >= 5

@@ -50,7 +50,7 @@ def test_overall_numbers_weigh_tasks_equally_and_tokens_by_forward():
 
 
 def test_an_item_is_scored_by_exact_match_of_its_answer(pipe):
-    from llada.eval.tasks import Item
+    from llada.data.tasks import Item
 
     item = Item("add", "1+1=", "2")
     assert evaluation.score_item(pipe, item, evaluation.mode_config(pipe, "S", 8)).correct == 0

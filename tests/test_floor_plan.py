@@ -4,7 +4,9 @@ Every `import` statement counts, wherever it is (module level, inside a function
 `if __name__ == "__main__"`): a circle closed only by a command-line entry point is still a circle.
 The rules (README, "Files"): the engine (`llada/`) never imports `ui`, `gradio` or `plotly`; the tab
 folders `ui/playground/`, `ui/learn/` and `ui/explorer/` never import each other; the renderers in
-`ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder.
+`ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder; training (`llada/train/`) and evaluation (`llada/eval/`)
+both read their tasks and code from `llada/data/` and never import each other, except the training
+command's last step, which evaluates the saved model and writes its card (`TRAIN_EVALUATES`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("llada", "ui")
 TABS = ("ui.playground", "ui.learn", "ui.explorer")
 WIRING = {"ui.demo", "app"}  # the only modules that put the tabs together
-KNOWN_CIRCLES: list[list[str]] = []  # circles still to untangle, each named so that no other can join it
+TRAIN_EVALUATES = {"llada.train.cli", "llada.train.card"}  # train, then evaluate and write the card
 
 
 def module_name(path: Path) -> str:
@@ -89,6 +91,21 @@ def tab_of(name: str) -> str | None:
     return next((t for t in TABS if name == t or name.startswith(t + ".")), None)
 
 
+def in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def layer_rule(name: str, target: str) -> str | None:
+    """What is wrong with `name` importing `target` between llada/data, llada/train and llada/eval."""
+    if in_package(name, "llada.data") and (in_package(target, "llada.train") or in_package(target, "llada.eval")):
+        return f"{name} (data) imports {target}: llada/data imports neither training nor evaluation"
+    if in_package(name, "llada.eval") and in_package(target, "llada.train"):
+        return f"{name} (evaluation) imports {target}: shared data lives in llada/data"
+    if in_package(name, "llada.train") and in_package(target, "llada.eval") and name not in TRAIN_EVALUATES:
+        return f"{name} (training) imports {target}: shared data lives in llada/data"
+    return None
+
+
 def broken_rules(edges: dict[str, set[str]], third_party: dict[str, set[str]]) -> list[str]:
     out = []
     for name, targets in edges.items():
@@ -97,6 +114,8 @@ def broken_rules(edges: dict[str, set[str]], third_party: dict[str, set[str]]) -
             other = tab_of(target)
             if name.startswith("llada") and target.startswith("ui"):
                 out.append(f"{name} (engine) imports {target}")
+            elif layer_rule(name, target):
+                out.append(layer_rule(name, target))
             elif other and other != tab and name not in WIRING:
                 out.append(f"{name} imports {target}: only ui/demo.py puts the tabs together")
         banned = {"gradio", "plotly"} if name.startswith("llada") else {"gradio"} if name.startswith("ui.render") \
@@ -119,7 +138,7 @@ def third_party_imports() -> dict[str, set[str]]:
 
 
 def test_no_import_circle_under_llada_or_ui():
-    assert circles(graph()) == KNOWN_CIRCLES  # an untangled one leaves this list too
+    assert circles(graph()) == []
 
 
 def test_the_rooms_keep_to_the_floor_plan():
@@ -144,12 +163,26 @@ def test_a_circle_is_found():
 @pytest.mark.parametrize("edge, words", [(("ui.learn.view", "ui.playground.run"), "only ui/demo.py"),
                                          (("ui.frame", "ui.explorer.view"), "only ui/demo.py"),
                                          (("ui.render.canvas", "ui.learn.lessons"), "only ui/demo.py"),
-                                         (("llada.decode", "ui.frame"), "(engine) imports")])
+                                         (("llada.decode", "ui.frame"), "(engine) imports"),
+                                         (("llada.train.data", "llada.eval.harness"), "(training) imports"),
+                                         (("llada.train.loop", "llada.eval"), "(training) imports"),
+                                         (("llada.eval.harness", "llada.train.loop"), "(evaluation) imports"),
+                                         (("llada.data.tasks", "llada.eval.tally"), "(data) imports"),
+                                         (("llada.data.code", "llada.train.corpus"), "(data) imports")])
 def test_a_broken_rule_is_found(edge, words):
     source, target = edge
     edges = {source: {target}, target: set()}
     (problem,) = broken_rules(edges, {source: set(), target: set()})
     assert words in problem
+
+
+def test_training_reads_its_data_from_llada_data():
+    edges = graph()
+    train = {t for name, targets in edges.items() if in_package(name, "llada.train") for t in targets}
+    assert {"llada.data.tasks", "llada.data.code", "llada.data.sources"} <= train
+    assert not any(in_package(t, "llada.eval") for name in edges if in_package(name, "llada.train")
+                   and name not in TRAIN_EVALUATES for t in edges[name])
+    assert all(name in edges for name in TRAIN_EVALUATES)  # the exception names real modules
 
 
 def test_a_renderer_importing_gradio_is_found():

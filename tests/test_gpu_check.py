@@ -53,3 +53,10 @@ def test_expected_beside_actual():
     assert forward["ok"] and forward["expected"].startswith("<= 5.20 ms")
     assert rows["host syncs per forward"]["ok"]
     json.dumps(rows)  # the report is JSON
+
+
+def test_without_fp8_every_step_runs_bf16_experts(tmp_path):
+    steps = gpu_check.commands(tmp_path, fp8=False)
+    assert list(steps) == list(gpu_check.STEPS)
+    assert all("--weights bf16" in " ".join(steps[s]) for s in ("tune", "kernels"))
+    assert all("--quantize none" in " ".join(steps[s]) for s in ("forward", "decode"))

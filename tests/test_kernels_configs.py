@@ -105,16 +105,56 @@ def test_tuner_skips_what_does_not_fit_or_fails_and_never_stops(monkeypatch):
     shape = bench.SHAPES["smoke"]
     layer = bench.build(shape, torch.device("cpu"), torch.float32, "triton")
     small = DeviceSpec("small", 90, 132, 70_000)  # 16 x 64 tiles: 3 stages fit (57 KB), 4 do not (76 KB)
-    real_plan = bench.fp8_plan
+    real_plan = bench.fused_plan
 
     def failing_plan(x, layer, shape, config=None):  # one candidate fails as a compile error would
         if config is not None and config.up_warps == 8:
             raise RuntimeError("PTX compile failed (planted)")
         return real_plan(x, layer, shape, config)
 
-    monkeypatch.setattr(bench, "fp8_plan", failing_plan)
+    monkeypatch.setattr(bench, "fused_plan", failing_plan)
     row = bench.tune_tokens(1, layer, shape, iters=1, limit=3, spec=small)  # 4x3 (runs), 4x4, 8x3 warps x stages
     reasons = [s["reason"] for s in row["skipped"]]
     assert any("shared memory" in r for r in reasons) and any("planted" in r for r in reasons)
     assert row["candidates"] and all(configs.fits(MoEConfig(**c["config"]), small) for c in row["candidates"])
     assert len(row["candidates"]) == 1 and len(row["skipped"]) == 2
+
+
+def test_fp8_kernels_are_refused_before_compiling_on_a_gpu_without_fp8(monkeypatch):
+    from llada.kernels import devices
+
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[80])  # an A100 answers
+    with pytest.raises(RuntimeError, match="compute capability 8.9 or later; NVIDIA A100.* is sm80"):
+        devices.require_fp8(torch.device("cuda"))
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[89])
+    devices.require_fp8(torch.device("cuda"))  # an L4 has FP8
+    devices.require_fp8(torch.device("cpu"))  # the interpreter: no GPU to ask
+
+
+@pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreted tuner is the CPU stand-in")
+def test_bf16_weights_are_benchmarked_and_tuned_apart(tmp_path):
+    from llada.bench import kernels as bench
+
+    out, table = tmp_path / "k.json", tmp_path / "tuned.json"
+    argv = ["--smoke", "--impl", "triton", "--weights", "bf16", "--tokens", "1", "--iters", "1", "--tune",
+            "--tune-limit", "1", "--tune-out", str(table), "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    row = report["rows"][0]
+    assert report["weights"] == "bf16" and row["rel_rmse_vs_reference"] < 1e-4  # fp32 on CPU: sum order only
+    assert row["weight_bytes"] == row["experts_touched"] * 2 * 3 * 192 * 40  # bf16: 2 bytes, no scales
+    assert list(json.loads(table.read_text())["shapes"]) == ["H192-I40-E8-K2-bf16"]
+
+
+def test_auto_keeps_fp8_ops_off_triton_on_a_gpu_without_fp8(monkeypatch):
+    from llada.kernels import devices
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(kernels, "triton_available", lambda: True)
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[80])
+    assert kernels.auto_impl(cuda, fp8=True) == "torch"  # e4m3 does not compile on sm80: the reference runs
+    assert kernels.auto_impl(cuda, fp8=False) == "triton"  # bf16 grouped GEMMs do
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[90])
+    assert kernels.auto_impl(cuda, fp8=True) == "triton"
+    assert kernels.auto_impl(torch.device("cpu"), fp8=True) == "torch"

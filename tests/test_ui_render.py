@@ -66,7 +66,7 @@ def test_confidence_heatmap_marks_where_p_crossed_the_threshold():
 
 
 def test_verdict_and_correctness_of_checkable_prompts():
-    from llada.eval.check import expected_answer
+    from llada.data.check import expected_answer
 
     assert expected_answer("317+985=") == "1302" and expected_answer("sort 73914=") == "13479"
     assert expected_answer("reverse red fox sun:") == " sun fox red" and expected_answer("hello") is None

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from llada.eval.check import expected_answer
+from llada.data.check import expected_answer
 
 MODEL_INFO = "model_info.json"  # the file llada.train.loop.MODEL_INFO names (not imported: it loads torch)
 MAX_LINE = 240  # characters of a model card's sentence shown as the line

@@ -3,18 +3,22 @@
 `start` turns a request into a `LiveRun`: the engine's Trace and the iterator of its records (the
 engine runs as the iterator is pulled), bounded by a `Budget` of forwards and wall time (`llada.budget`:
 a run that ends on its last allowed forward is done; one that needs more stops there, its partial trace
-kept and its note saying why). `interleave` steps several runs forward by forward, so S and Q share one
-timeline. `active_runs()` counts the runs whose engine is still open.
+kept and its note saying why). `start_batch` starts several runs on one model that share every forward
+(one row-batched model call per step; each trace is the one its run gets alone, each run keeps its own
+budget and Stop). `interleave` steps several runs forward by forward, so S and Q share one timeline.
+`active_runs()` counts the runs whose engine is still open.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
 from llada.budget import Budget
+from llada.decode import BatchDecoder
 from llada.trace import StepRecord, Trace
 
 from .settings import InputError, Request
@@ -75,6 +79,50 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     with _LIVE_LOCK:
         _LIVE.add(run)
     return run
+
+
+def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) -> dict[str, LiveRun]:
+    """Runs of `reqs` on one model sharing every forward (InputError when one does not fit); start on first pull.
+
+    Each run's records come from one `BatchDecoder`; each keeps its own budget, and closing one (Stop, its
+    budget) drops its row while the others go on."""
+    budget = budget or BUDGET
+    batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id)
+    traces = {}
+    for label, req in reqs.items():
+        ids = pipe.encode(req.prompt)
+        try:
+            batch.add(ids, req.settings.config)  # checks the settings and the prompt now
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        traces[label] = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
+    shared = _SharedBatch(batch)
+    runs = {label: LiveRun(pipe, trace, _budgeted(shared.row(i), trace, budget))
+            for i, (label, trace) in enumerate(traces.items())}
+    with _LIVE_LOCK:
+        _LIVE.update(runs.values())
+    return runs
+
+
+class _SharedBatch:
+    """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step."""
+
+    def __init__(self, batch: BatchDecoder):
+        self.batch = batch
+        self.queues: dict[int, deque] = {}
+
+    def row(self, index: int) -> Iterator[StepRecord]:
+        queue = self.queues.setdefault(index, deque())
+        try:
+            while queue or index not in self.batch.done:
+                if queue:
+                    yield queue.popleft()
+                    continue
+                for row, record in self.batch.step():
+                    self.queues.setdefault(row, deque()).append(record)
+        finally:
+            if index not in self.batch.done:
+                self.batch.drop(index)  # stopped early: the other rows go on
 
 
 def drain(run: LiveRun) -> Trace:

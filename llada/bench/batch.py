@@ -51,7 +51,7 @@ MODELS = ("embedded", "random-86m")
 def workload(name: str, rows: int, mode: str, device: torch.device):
     """(model, prompts, settings, mask id, eos id) of one model's workload."""
     if name == "embedded":
-        from ..eval.tasks import TASKS, eval_items
+        from ..data.tasks import TASKS, eval_items
         from ..pipeline import Pipeline
 
         pipe = Pipeline.load(EMBEDDED, device=str(device))

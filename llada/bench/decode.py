@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ..config import ModelConfig
 from ..decode import DecodeConfig, generate
+from ..engine import use_engine
 from ..model import LLaDA2MoE
 from ..quantize import quantize_model_fp8
 from .forward import SHAPES, random_model
@@ -45,6 +46,7 @@ def build_model(shape: str, device: torch.device, quantize: str) -> tuple[LLaDA2
     model = random_model(ModelConfig(**sizes), device, dtype)
     if quantize == "fp8":
         quantize_model_fp8(model)  # Triton kernels and fused routers on CUDA, the references on CPU
+    use_engine(model, "auto")  # the fused kernels (bf16 or FP8 experts) on CUDA after their self-check
     return model, sizes
 
 

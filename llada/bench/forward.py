@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
+from ..engine import ENGINES, use_engine
 from ..graphs import StepGraphs
 from ..kernels import IMPLS, resolve_impl
 from ..kernels.launch import count_launches
@@ -100,6 +101,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--random-weights", action="store_true", help="random weights (the only source here)")
     parser.add_argument("--quantize", choices=["fp8", "none"], default="fp8", help="routed experts in FP8")
     parser.add_argument("--impl", choices=IMPLS, default="auto")
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="MoE kernels (llada.engine): auto = fast on CUDA after its self-check")
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--prefix", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=None, help="timed calls on CPU")
@@ -128,12 +131,14 @@ def main(argv: list[str]) -> int:
         args.impl = resolve_impl(args.impl, model.word_embeddings.weight)
         print(f"[forward] quantizing routed experts to fp8 ({args.impl} kernels)", file=sys.stderr)
         quantize_model_fp8(model, impl=args.impl)
+    engine = use_engine(model, "fast" if args.engine == "auto" and args.impl == "triton" else args.engine)
+    print(f"[forward] {engine.line()}", file=sys.stderr)
     cache, block = prefill(model, prefix, args.block, torch.Generator(device=device).manual_seed(0))
     print(f"[forward] prefix {prefix} cached; timing forwards of {args.block} tokens", file=sys.stderr)
     report = device_info(device) | _measure(model, cache, block, prefix, args.block, device, iters)
     report |= {"bench": "forward", "smoke": smoke, "shape": shape_name, "config": SHAPES[shape_name],
                "dtype": str(dtype).removeprefix("torch."), "quantize": args.quantize, "impl": args.impl,
-               "block": args.block, "prefix": prefix, "report_tps": PAPER_TPS,
+               "block": args.block, "prefix": prefix, "report_tps": PAPER_TPS, "engine": vars(engine),
                "tps_at_tpf": {str(t): t / (report["forward_ms"] / 1e3) for t in TPFS}}
     out = Path(args.out or f"bench/results/forward-{device.type}{'-smoke' if smoke else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,19 +37,22 @@ H200_COPY_GB_S = 4000.0  # ~83% of the H200's 4.8 TB/s peak: what a device copy 
 SHARE_TARGET = 0.70  # the MoE layer at M = 32 streams its weights at >= 70% of the copy bandwidth
 
 
-def commands(parts: Path) -> dict[str, list[str]]:
-    """The command line of each step (run from the repository root)."""
+def commands(parts: Path, fp8: bool = True) -> dict[str, list[str]]:
+    """The command line of each step (run from the repository root); without FP8 (sm80, sm86) the
+    tuner, the layer bench, the forward and the decode run bf16 experts."""
     py = [sys.executable]
+    quantize = ["--quantize", "fp8" if fp8 else "none"]
+    weights = ["--weights", "fp8" if fp8 else "bf16"]
     return {
         "self-check": py + ["-m", "llada.bench.gpu_check", "--self-check-only", str(parts / "self-check.json")],
         "tests": py + ["-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
-        "tune": py + ["-m", "llada.bench", "kernels", "--tune", "--tokens", "1", "8", "32", "128", "512",
+        "tune": py + ["-m", "llada.bench", "kernels", "--tune", *weights, "--tokens", "1", "8", "32", "128", "512",
                       "--out", str(parts / "kernels-tune.json")],
-        "kernels": py + ["-m", "llada.bench", "kernels", "--out", str(parts / "kernels.json")],
-        "forward": py + ["-m", "llada.bench", "forward", "--shape", "llada2.1-mini", "--random-weights",
+        "kernels": py + ["-m", "llada.bench", "kernels", *weights, "--out", str(parts / "kernels.json")],
+        "forward": py + ["-m", "llada.bench", "forward", "--shape", "llada2.1-mini", "--random-weights", *quantize,
                          "--out", str(parts / "forward.json")],
-        "decode": py + ["-m", "llada.bench", "decode", "--shape", "llada2.1-mini", "--quantize", "fp8",
-                        "--gen-lengths", "256", "--forward", "dynamic", "graph", "--out", str(parts / "decode.json")],
+        "decode": py + ["-m", "llada.bench", "decode", "--shape", "llada2.1-mini", *quantize, "--gen-lengths", "256",
+                        "--forward", "dynamic", "graph", "--out", str(parts / "decode.json")],
     }
 
 
@@ -149,16 +152,26 @@ def main(argv: list[str]) -> int:
 
     out = Path(args.out or "bench/results/gpu-check.json")
     parts_dir = out.with_name(out.stem + "-parts")
-    steps = {k: v for k, v in commands(parts_dir).items() if k not in args.skip}
+    cuda = torch.cuda.is_available()
+    fp8 = _has_fp8() if cuda else True
+    steps = {k: v for k, v in commands(parts_dir, fp8).items() if k not in args.skip}
     if args.plan:
         for name, argv_ in steps.items():
             print(f"{name:10s} {' '.join(argv_[1:])}")
         return 0
-    if not torch.cuda.is_available():
+    if not cuda:
         print("error: gpu-check measures a CUDA GPU and this machine has none (torch "
               f"{torch.__version__}); --plan lists what it would run", file=sys.stderr)
         return 2
+    if not fp8:
+        print("[gpu-check] this GPU has no FP8 (sm80 / sm86): every step runs bf16 experts", file=sys.stderr)
     return _run_all(steps, out, parts_dir, args.step_timeout)
+
+
+def _has_fp8() -> bool:
+    from ..kernels.devices import spec_of
+
+    return spec_of(0).fp8
 
 
 def _run_all(steps: dict, out: Path, parts_dir: Path, timeout: float) -> int:

@@ -18,7 +18,10 @@ median time, reported as a share of the measured device copy bandwidth (read + w
 configuration's output) and writes the winners, with every candidate's time, to
 `llada/kernels/tuned/<gpu>.json`, which the kernels then use.
 
-    python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--tune] [--out PATH]
+    python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--weights fp8|bf16] [--tune] [--out PATH]
+
+`--weights bf16` measures (and tunes) the same grouped GEMMs on bf16 weights, the path of GPUs without
+FP8 (sm80, sm86); its tuned entries are kept apart from the FP8 ones (shape key suffix "-bf16").
 
 Without CUDA it runs the smoke shape (the reference kernels, or Triton's interpreter with
 --impl triton and TRITON_INTERPRET=1) and says so in the JSON.
@@ -54,18 +57,25 @@ class Layer:
     experts: Experts  # bf16 (fp32 on CPU) reference weights
     router_w: torch.Tensor  # (E, H)
     bias: torch.Tensor  # (E,)
-    fp8: tuple  # w13, w13_scale, w2, w2_scale
+    fused: tuple  # the fused kernels' experts: (w13, w13_scale, w2, w2_scale) in FP8, (w13, None, w2, None) bf16
+
+    @property
+    def fp8(self) -> bool:
+        return self.fused[1] is not None
 
 
-def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str) -> Layer:
+def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str, weights: str = "fp8") -> Layer:
     g = torch.Generator(device=device).manual_seed(0)
     E, H, I = shape["experts"], shape["hidden"], shape["inner"]
     experts = Experts(E, H, I).to(device=device, dtype=dtype).requires_grad_(False)
     experts.w13.normal_(0, H ** -0.5, generator=g)
     experts.w2.normal_(0, I ** -0.5, generator=g)
     router_w = torch.randn(E, H, device=device, generator=g).to(dtype) * H ** -0.5
-    fp8 = (*kernels.quantize_weight_fp8(experts.w13, impl=impl), *kernels.quantize_weight_fp8(experts.w2, impl=impl))
-    return Layer(experts, router_w, torch.zeros(E, device=device), fp8)
+    if weights == "fp8":
+        fused = (*kernels.quantize_weight_fp8(experts.w13, impl=impl), *kernels.quantize_weight_fp8(experts.w2, impl=impl))
+    else:
+        fused = (experts.w13, None, experts.w2, None)
+    return Layer(experts, router_w, torch.zeros(E, device=device), fused)
 
 
 def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,13 +93,13 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
     return router(x)
 
 
-def fp8_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's 8 launches and its GEMM launches (gate/up, SiLU·mul, down)."""
+def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
+    """The output buffer, the layer's launches (8 in FP8, 7 in bf16) and its GEMM launches (gate/up, SiLU·mul, down)."""
     from ..kernels import fused_moe, router
 
     ids, weights, routing = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
                                               shape["topk_group"], ROUTED_SCALE)
-    out, moe = fused_moe.plan_fused_moe(x, *layer.fp8, ids, weights, config)
+    out, moe = fused_moe.plan_fused_moe(x, *layer.fused, ids, weights, config)
     gemm = [launch for launch in moe if launch.name in ("_up_kernel", "_silu_kernel", "_down_kernel")]
     return out, routing + moe, gemm
 
@@ -100,10 +110,11 @@ def layer_input(M: int, shape: dict, device: torch.device, dtype: torch.dtype) -
     return torch.randn(M, shape["hidden"], device=device, generator=g).to(dtype)
 
 
-def weight_bytes(ids: torch.Tensor, shape: dict) -> int:
-    """fp8 weights + fp32 tile scales of the experts that `ids` touches."""
+def weight_bytes(ids: torch.Tensor, shape: dict, fp8: bool = True) -> int:
+    """Weights (+ fp32 tile scales in FP8) of the experts that `ids` touches: what a layer must stream."""
     H, I = shape["hidden"], shape["inner"]
-    per_expert = 3 * H * I + 4 * (-(-2 * I // 128) * -(-H // 128) + -(-H // 128) * -(-I // 128))
+    scales = 4 * (-(-2 * I // 128) * -(-H // 128) + -(-H // 128) * -(-I // 128))
+    per_expert = 3 * H * I + scales if fp8 else 2 * 3 * H * I
     return int(ids.unique().numel()) * per_expert
 
 
@@ -125,19 +136,19 @@ def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> di
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
     ids, weights = route_reference(x, layer, shape)
-    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape)}
+    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape, layer.fp8)}
     row["layer_bytes"] = row["weight_bytes"] + layer.router_w.numel() * layer.router_w.element_size() + 2 * x.nbytes
     if impl == "triton":
-        out, launches, gemm = fp8_plan(x, layer, shape)
+        out, launches, gemm = fused_plan(x, layer, shape)
         run(launches)  # fills the routing and quantized buffers the GEMM-only timing reads
         row["config"] = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"],
-                                              _spec(device)).to_dict()
+                                              _spec(device), layer.fp8).to_dict()
         row["layer_ms"] = time_ms(graphed(lambda: run(launches), device), device, iters)
         row["gemm_ms"] = time_ms(graphed(lambda: run(gemm), device), device, iters)
     else:  # the PyTorch reference kernels: no launch lists, so no GEMM-only time
-        row["layer_ms"] = time_ms(lambda: kernels.fused_moe_fp8(x, *layer.fp8, *route_reference(x, layer, shape),
-                                                                impl=impl), device, iters)
-        out = kernels.fused_moe_fp8(x, *layer.fp8, ids, weights, impl=impl)
+        row["layer_ms"] = time_ms(lambda: fused_reference(x, layer, *route_reference(x, layer, shape), impl),
+                                  device, iters)
+        out = fused_reference(x, layer, ids, weights, impl)
     row["reference_ms"] = time_ms(lambda: layer.experts(x, ids, weights), device, iters)
     row["rel_rmse_vs_reference"] = rel_rmse(out, layer.experts(x, ids, weights))
     row["speedup_vs_reference"] = row["reference_ms"] / row["layer_ms"]
@@ -164,6 +175,13 @@ def add_bandwidth(row: dict, copy: float) -> dict:
     return row
 
 
+def fused_reference(x: torch.Tensor, layer: Layer, ids: torch.Tensor, weights: torch.Tensor, impl: str):
+    """The fused kernels' contract through `llada.kernels` (the PyTorch references with impl="torch")."""
+    if layer.fp8:
+        return kernels.fused_moe_fp8(x, *layer.fused, ids, weights, impl=impl)
+    return kernels.fused_moe_bf16(x, layer.fused[0], layer.fused[2], ids, weights, impl=impl)
+
+
 def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None, spec=None) -> dict:
     """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times).
 
@@ -172,8 +190,9 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
     reason: the tuner never stops on a configuration."""
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
-    default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec)
-    expected, launches, _ = fp8_plan(x, layer, shape, default)
+    default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec,
+                                    layer.fp8)
+    expected, launches, _ = fused_plan(x, layer, shape, default)
     run(launches)
     timed, skipped = [], []
     block_ms = tuple(sorted({default.block_m, min(64, 2 * default.block_m)}))  # taller tiles only pad more
@@ -189,12 +208,12 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
 
 def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int, timed: list) -> str | None:
     """Time one candidate into `timed`; the reason it was skipped, or None."""
-    if not configs.fits(cfg, spec):
-        need = max(configs.smem_bytes(cfg, True, spec.arch).values())
+    if not configs.fits(cfg, spec, layer.fp8):
+        need = max(configs.smem_bytes(cfg, layer.fp8, spec.arch).values())
         return f"needs ~{need} B of shared memory, the device has {spec.smem} B"
     device = x.device
     try:
-        out, launches, gemm = fp8_plan(x, layer, shape, cfg)
+        out, launches, gemm = fused_plan(x, layer, shape, cfg)
         run(launches)
         error = rel_rmse(out, expected)
         if not error < 1e-2:  # same fp8 codes; only fp32 sum order differs between configurations
@@ -206,9 +225,9 @@ def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int
     return None
 
 
-def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str) -> None:
+def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str, fp8: bool = True) -> None:
     table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
-    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"])
+    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]) + ("" if fp8 else "-bf16")
     kept = [r for r in table["shapes"].get(key, []) if r["tokens"] not in {row["tokens"] for row in rows}]
     table["shapes"][key] = sorted(kept + rows, key=lambda r: r["tokens"])
     table |= {"device": info.get("gpu", "cpu"), "date": info["date"], "command": command, "info": info}
@@ -222,6 +241,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help="M values (default 1 8 32 128 512)")
     parser.add_argument("--shape", choices=list(SHAPES), default="llada2.1-mini")
     parser.add_argument("--impl", choices=kernels.IMPLS, default="auto")
+    parser.add_argument("--weights", choices=["fp8", "bf16"], default="fp8",
+                        help="the experts' weights: FP8 (sm89+) or bf16 (the same grouped GEMMs, any GPU from sm80)")
     parser.add_argument("--iters", type=int, default=None, help="timed calls per measurement on CPU")
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
     parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
@@ -247,16 +268,17 @@ def main(argv: list[str]) -> int:
         raise SystemExit("--tune times the Triton kernels: run it on CUDA (or with --impl triton under "
                          "TRITON_INTERPRET=1 for a smoke run)")
     info = device_info(device)
-    layer = build(shape, device, dtype, impl)
+    layer = build(shape, device, dtype, impl, args.weights)
     if args.tune:
         rows = [tune_tokens(M, layer, shape, iters, args.tune_limit, _spec(device)) for M in tokens]
         path = Path(args.tune_out or configs.TUNED_DIR / f"{configs.device_slug(info.get('gpu', 'cpu'))}.json")
-        write_tuned(path, shape, rows, info, "python -m llada.bench kernels " + " ".join(argv))
+        write_tuned(path, shape, rows, info, "python -m llada.bench kernels " + " ".join(argv), layer.fp8)
         print(f"[tune] wrote {path}", file=sys.stderr)
     copy = copy_gb_per_s(device, (8 if smoke else 1024) << 20, iters)
     print(f"[kernels] {info.get('gpu', 'cpu')} impl={impl} shape={shape_name} copy {copy:.1f} GB/s", file=sys.stderr)
     rows = [add_bandwidth(bench_tokens(M, layer, shape, impl, iters), copy) for M in tokens]
-    report = info | {"bench": "kernels", "smoke": smoke, "impl": impl, "dtype": str(dtype).removeprefix("torch."),
+    report = info | {"bench": "kernels", "smoke": smoke, "impl": impl, "weights": args.weights,
+                     "dtype": str(dtype).removeprefix("torch."),
                      "shape": shape_name, "sizes": shape, "tokens": tokens, "copy_gb_per_s": copy, "rows": rows,
                      "timing": "do_bench, L2 flushed, CUDA graph" if device.type == "cuda" else "wall clock (smoke)",
                      "reference": "llada.model.Experts (loop over experts) in " + str(dtype).removeprefix("torch.")}

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ..presets import tau_text
 from .batched import BATCH, decode_texts
-from .code import CodeFunction, check_completion, code_items
-from .sources import load_sources, source_roots
+from ..data.code import CodeFunction, check_completion, code_items
+from ..data.sources import load_sources, source_roots
 from .tally import MODES, Tally, mode_config, run_tally
 
 

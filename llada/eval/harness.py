@@ -31,7 +31,7 @@ from dataclasses import replace
 from ..presets import tau_text
 from .batched import BATCH, decode_texts
 from .tally import MODES, ModeReport, Tally, mode_config, run_tally
-from .tasks import TASKS, Item, eval_items
+from ..data.tasks import TASKS, Item, eval_items
 
 CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(text):\n",
                 "def read_config(path):\n", "def mean(values):\n")

@@ -19,7 +19,7 @@ from .humaneval import fit_gen_length
 from .humaneval_data import Problem, load_problems
 from .humaneval_prompt import Prompt, build_prompt, solution_of
 from .humaneval_score import Evaluator
-from .tasks import Item
+from ..data.tasks import Item
 
 HUMANEVAL = "humaneval+"
 GEN_LENGTH = 512  # tokens a HumanEval decode may write (as `python -m llada.eval humaneval`)

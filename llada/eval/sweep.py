@@ -5,7 +5,7 @@
 
 The LLaDA2.1 paper reports each decoding setting as a pair (score, TPF) (its Tables 1 and 4). A sweep
 measures that pair for every cell of a grid (`llada.eval.sweep_grid`) on the checkable tasks
-(`llada.eval.tasks`), so the trade-off reads as a curve: the Pareto front is the set of cells that no
+(`llada.data.tasks`), so the trade-off reads as a curve: the Pareto front is the set of cells that no
 other cell beats on both accuracy and TPF. Every cell decodes the same held-out items (`eval_items`)
 with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
@@ -34,7 +34,7 @@ from .sweep_cache import SweepCache
 from .humaneval_task import HumanEvalItem
 from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, TASK_SETS, Cell, Point, SweepSpec, pareto_front, point_of
 from .tally import Tally
-from .tasks import TASKS, Item
+from ..data.tasks import TASKS, Item
 from .sweep_report import format_table, to_csv, to_json
 
 __all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from ..presets import tau_text
 from .tally import ModeReport, Tally
-from .split import check_split
-from .tasks import TASKS, Item, eval_items
+from ..data.split import check_split
+from ..data.tasks import TASKS, Item, eval_items
 
 HUMANEVAL = "humaneval+"  # HumanEval+ problems, checked in the sandbox (llada/eval/humaneval_task.py)
 TASK_SETS = (*TASKS, HUMANEVAL)

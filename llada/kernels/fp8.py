@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .devices import require_fp8
 from .launch import Launch, run
 from .reference import AMAX_FLOOR, FP8, FP8_MAX, GROUP
 
@@ -94,6 +95,7 @@ def _weight_kernel(w_ptr, q_ptr, s_ptr, N, K,
 
 def plan_quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[Launch]]:
     """w (E, N, K) -> the fp8 (E, N, K) and scale (E, ceil(N/128), ceil(K/128)) buffers and their launch."""
+    require_fp8(w.device)
     E, N, K = w.shape
     q = torch.empty(E, N, K, dtype=FP8, device=w.device)
     s = torch.empty(E, triton.cdiv(N, GROUP), triton.cdiv(K, GROUP), dtype=torch.float32, device=w.device)
@@ -128,6 +130,7 @@ def _act_kernel(x_ptr, q_ptr, s_ptr, M, K,
 def plan_quantize_act(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[Launch]]:
     """x (M, K) -> the fp8 (M, K) and scale (M, ceil(K/128)) buffers and the launch that fills them."""
     assert x.dim() == 2, f"activations are (M, K), got {tuple(x.shape)}"
+    require_fp8(x.device)
     M, K = x.shape
     q = torch.empty(M, K, dtype=FP8, device=x.device)
     s = torch.empty(M, triton.cdiv(K, GROUP), dtype=torch.float32, device=x.device)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
 from .configs import MoEConfig, choose_config
 from .fp8 import plan_quantize_act, quantize_rows
@@ -74,16 +75,23 @@ def _cols(v, SWAP_AB: tl.constexpr):
 
 
 @triton.jit
-def _scaled_dot(a, a_s, w, w_s, SWAP_AB: tl.constexpr, SCALED: tl.constexpr):
-    """(a @ w^T) [* a_s * w_s] in fp32 for a (BLOCK_M, G) and w (BLOCK_N, G), oriented like acc."""
-    if SWAP_AB:
+def _scaled_dot(a, a_s, w, w_s, SWAP_AB: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr = False):
+    """(a @ w^T) [* a_s * w_s] in fp32 for a (BLOCK_M, G) and w (BLOCK_N, G), oriented like acc.
+
+    FP32_DOT: operands widened to fp32 and multiplied in IEEE fp32: fp32 weights (no TF32 rounding)
+    and Triton 3.9's CPU interpreter, which multiplies bf16 dots wrongly (widening bf16 is exact)."""
+    if FP32_DOT:
+        a, w = a.to(tl.float32), w.to(tl.float32)
+        if SWAP_AB:
+            acc = tl.dot(w, tl.trans(a), input_precision="ieee")  # (BLOCK_N, BLOCK_M)
+        else:
+            acc = tl.dot(a, tl.trans(w), input_precision="ieee")  # (BLOCK_M, BLOCK_N)
+    elif SWAP_AB:
         acc = tl.dot(w, tl.trans(a))  # (BLOCK_N, BLOCK_M)
-        if SCALED:
-            acc = acc * w_s[:, None] * a_s[None, :]
     else:
         acc = tl.dot(a, tl.trans(w))  # (BLOCK_M, BLOCK_N)
-        if SCALED:
-            acc = acc * a_s[:, None] * w_s[None, :]
+    if SCALED:
+        acc = acc * _cols(w_s, SWAP_AB) * _rows(a_s, SWAP_AB)
     return acc
 
 
@@ -102,7 +110,7 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr
                stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
                stride_gs, stride_gm, stride_gn,
                TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-               SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr):
+               SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr):
     pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)  # int64: expert * stride may pass 2^31
     if expert < 0:
@@ -139,8 +147,8 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr
         a_s_next = _scales(xs_ptr + token * stride_xsm + nxt * stride_xsk, row_ok, SCALED)
         sg_next = _scales(s_gate + nxt * stride_wsk, col_ok, SCALED)
         su_next = _scales(s_up + nxt * stride_wsk, col_ok, SCALED)
-        gate += _scaled_dot(a, a_s, wg, sg, SWAP_AB, SCALED)
-        up += _scaled_dot(a, a_s, wu, su, SWAP_AB, SCALED)
+        gate += _scaled_dot(a, a_s, wg, sg, SWAP_AB, SCALED, FP32_DOT)
+        up += _scaled_dot(a, a_s, wu, su, SWAP_AB, SCALED, FP32_DOT)
         a_s, sg, su = a_s_next, sg_next, su_next
     out = gu_ptr + pid_k * stride_gs + _rows(rows, SWAP_AB) * stride_gm + _cols(cols, SWAP_AB) * stride_gn
     ok = _rows(row_ok, SWAP_AB) & _cols(col_ok, SWAP_AB)
@@ -183,7 +191,7 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
                  stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
                  stride_ym, stride_yn, stride_rt, stride_rk,
                  TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr):
+                 SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
     if expert < 0:
@@ -208,7 +216,7 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
         nxt = tl.minimum(g + 1, steps - 1)
         w_s_next = _scales(s_rows + nxt * stride_wsk, col_ok, SCALED)
         a_s_next = _scales(hs_ptr + rows * stride_hsm + nxt * stride_hsk, row_ok, SCALED)
-        acc += _scaled_dot(a, a_s, w, w_s, SWAP_AB, SCALED)
+        acc += _scaled_dot(a, a_s, w, w_s, SWAP_AB, SCALED, FP32_DOT)
         w_s, a_s = w_s_next, a_s_next
     safe = tl.where(row_ok, pair, 0)  # padding rows carry the sentinel T*K: never used as an index
     route_w = tl.load(route_w_ptr + (safe // TOP_K) * stride_rt + (safe % TOP_K) * stride_rk,
@@ -252,6 +260,7 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
     (T, H), (E, I2, _), K = x.shape, w13.shape, ids.shape[1]
     I, scaled = I2 // 2, w13_scale is not None
+    fp32_dot = not scaled and (w13.dtype == torch.float32 or knobs.runtime.interpret)  # see _scaled_dot
     cfg = config or choose_config(T, H, I, E, K, device_spec(x.device), fp8=scaled)
     pairs, block_expert, align = plan_sort_by_expert(ids, E, cfg.block_m)  # (P,), (P / BLOCK_M,)
     P, tiles = pairs.numel(), block_expert.numel()
@@ -270,7 +279,7 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
                 (a, a_s, w13, w13_scale, gu, pairs, block_expert, T * K, H, I, *a.stride(), *a_s.stride(),
                  *w13.stride(), *w13_scale.stride(), *gu.stride()),
                 dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n, SPLIT_K=cfg.up_split_k,
-                     SWAP_AB=cfg.swap_ab, GROUP=GROUP, SCALED=scaled, num_warps=cfg.up_warps,
+                     SWAP_AB=cfg.swap_ab, GROUP=GROUP, SCALED=scaled, FP32_DOT=fp32_dot, num_warps=cfg.up_warps,
                      num_stages=cfg.up_stages))
     silu = Launch(_silu_kernel, (tiles, triton.cdiv(I, GROUP)),
                   (gu, h, h_s, pairs, block_expert, T * K, I, *gu.stride(), *h.stride(), *h_s.stride()),
@@ -280,7 +289,7 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
                   (h, h_s, w2, w2_scale, y, pairs, block_expert, weights, T * K, H, I, *h.stride(),
                    *h_s.stride(), *w2.stride(), *w2_scale.stride(), *y.stride(), *weights.stride()),
                   dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, SWAP_AB=cfg.swap_ab, GROUP=GROUP,
-                       SCALED=scaled, num_warps=cfg.down_warps, num_stages=cfg.down_stages))
+                       SCALED=scaled, FP32_DOT=fp32_dot, num_warps=cfg.down_warps, num_stages=cfg.down_stages))
     ksum = Launch(_ksum_kernel, (T, triton.cdiv(H, 1024)), (y, out, H, *y.stride(), *out.stride()),
                   dict(TOP_K=K, BLOCK_H=1024, num_warps=4))
     return out, [*align, *quant, up, silu, down, ksum]

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from .fp8 import plan_quantize_act
 from .fused_moe import _cols, _rows, _scaled_dot
+from .devices import require_fp8
 from .launch import Launch, run
 from .reference import FP8, GROUP
 
@@ -50,6 +51,7 @@ def _linear_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, M, N, K,
 
 def plan_fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, list[Launch]]:
     """x (..., K) @ fp8 w (N, K)^T: the output (..., N) in x.dtype and its two launches."""
+    require_fp8(x.device)
     N, K = w.shape
     assert w.dtype == FP8 and x.shape[-1] == K, f"x {tuple(x.shape)} vs w {tuple(w.shape)}"
     assert w_scale.shape == (triton.cdiv(N, GROUP), triton.cdiv(K, GROUP)), "w_scale shape"

@@ -19,7 +19,7 @@ import torch
 
 from ..checkpoint import load_model
 from ..config import ModelConfig
-from ..eval.tasks import TASKS, sample
+from ..data.tasks import TASKS, sample
 from ..model import LLaDA2MoE
 from .bpe import build_tokenizer, load_fast, save_tokenizer
 from .corpus import CodeCorpus, bpe_sample, build_corpus
@@ -94,7 +94,7 @@ def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows,
 
 
 def _functions(file) -> list:
-    from ..eval.code import functions_of
+    from ..data.code import functions_of
 
     try:
         return functions_of(file.key, file.text, scoped=False)

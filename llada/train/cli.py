@@ -87,7 +87,7 @@ def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
     """Load the saved directory like any checkpoint; both eval tracks and the code samples."""
     from ..eval.codetrack import evaluate_code, held_out_items
     from ..eval.harness import CODE_PROMPTS, code_samples, evaluate
-    from ..eval.tasks import TASKS
+    from ..data.tasks import TASKS
     from ..pipeline import Pipeline
 
     pipe = Pipeline.load(tc.out, device=summary["device_type"])

@@ -1,8 +1,8 @@
 """The training corpus: the training split of the Python source installed on this machine.
 
-`llada.eval.sources` finds, deduplicates, filters and splits the files (by a hash of their path);
+`llada.data.sources` finds, deduplicates, filters and splits the files (by a hash of their path);
 this module keeps the training split, parses every file once (`ast`: a file that is not Python 3 is
-dropped here, counted as "syntax") and cuts out its functions (`llada.eval.code.functions_of`). The
+dropped here, counted as "syntax") and cuts out its functions (`llada.data.code.functions_of`). The
 model then learns from two views of the same files (`data.py`):
 
     windows     the files themselves, cut into rows of `code_length` tokens (the last one EOS-padded)
@@ -20,8 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..eval.code import CodeFunction, functions_of
-from ..eval.sources import SourceFile, SourceStats, load_sources, source_roots
+from ..data.code import CodeFunction, functions_of
+from ..data.sources import SourceFile, SourceStats, load_sources, source_roots
 
 POOL_MIN_FILES = 200  # below this, a process pool costs more than it saves
 

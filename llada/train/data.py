@@ -22,8 +22,8 @@ from typing import Iterable
 
 import torch
 
-from ..eval.code import CodeFunction
-from ..eval.tasks import TASKS, TRAIN_WEIGHTS, Item, sample
+from ..data.code import CodeFunction
+from ..data.tasks import TASKS, TRAIN_WEIGHTS, Item, sample
 from .objective import Batch
 
 ENCODE_CHUNK = 512  # texts per tokenizer call: bounded memory for a corpus of millions of tokens

@@ -45,7 +45,7 @@ from .logs import loss_ends, plot_loss, write_csv
 from .objective import Batch, NoiseConfig, diffusion_loss
 from .recipes import SHIPPED_DECODING, TRAINING_PRESETS
 from .resume import held_out_loss, load_state, save_state
-from ..eval.tasks import TRAIN_WEIGHTS
+from ..data.tasks import TRAIN_WEIGHTS
 
 MODEL_INFO = "model_info.json"  # {"knows": one line on what the model can do}, for the playground
 PRESETS = SHIPPED_DECODING  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)

@@ -20,7 +20,7 @@ import gradio as gr
 
 from llada.eval.sweep_cache import SweepCache
 from llada.eval.sweep_grid import TASK_SETS
-from llada.eval.tasks import TASKS
+from llada.data.tasks import TASKS
 
 from .. import ASSETS
 from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing

@@ -2,7 +2,7 @@
 
     python -m ui.learn.lesson_search --model assets/model --n 50 --seed 0
 
-Every held-out item of llada/eval/tasks.py (`--n` per task) is decoded the ways a lesson needs, through
+Every held-out item of llada/data/tasks.py (`--n` per task) is decoded the ways a lesson needs, through
 the playground's own path (`ui.learn.record.run_trace`), and the best items for each idea are printed:
 
     draft     S right with no edit; most answer tokens drafted by one forward, then fewest forwards
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from llada.eval.harness import CODE_PROMPTS
-from llada.eval.tasks import TASKS, Item, eval_items
+from llada.data.tasks import TASKS, Item, eval_items
 
 from .lessons import parallel_drafts
 from .record import RunSpec, run_trace
@@ -57,7 +57,7 @@ class Runner:
         key = (item.prompt, spec)
         if key not in self.cache:
             trace = run_trace(self.pipe, item.prompt, spec, self.gen_length)
-            right = None if item.task == "code" else trace.text == item.answer
+            right = None if item.task == "code" else item.check(trace.text)
             self.cache[key] = Outcome(right, trace.forwards, trace.tpf, trace.drafts, trace.edits, trace.mbe_edits,
                                       parallel_drafts(trace), trace.text or "")
         return self.cache[key]

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from llada.data.tasks import is_right
 from llada.trace import Trace
 
 from .. import ASSETS
@@ -52,7 +53,7 @@ class Recording:
         return f"{trace.mode or '?'}{mbe}{off}"
 
     def right(self, trace: Trace) -> bool | None:
-        return None if self.answer is None else trace.text == self.answer
+        return None if self.answer is None else is_right(trace.text, self.answer)
 
     def verdict(self, trace: Trace) -> str:
         right = self.right(trace)

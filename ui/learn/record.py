@@ -9,7 +9,7 @@ A lesson shows one idea of the decoder on one prompt, with one run or two side b
     baseline  M2T only: cautious drafting, editing off
 
 The default `LESSONS` were found on the shipped model by `python -m ui.learn.lesson_search` (held-out
-items of llada/eval/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the
+items of llada/data/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the
 engine's timings are left out (a lesson shows steps and forwards, not seconds), so recording twice
 writes the same bytes. After recording, every lesson is checked against what its idea must show
 (`ui.learn.lessons.problems`); a model on which a prompt no longer shows its idea is reported, with

@@ -1,4 +1,4 @@
-"""The S vs Q comparison: both modes on one prompt, interleaved forward by forward on one timeline.
+"""The S vs Q comparison: both modes on one prompt, sharing every forward (one batch), on one timeline.
 
 Each mode runs with its own preset, block length included (unless one is given explicitly). Each side
 streams like a playground run (patches of its canvas, a keyframe and the charts now and then); the last
@@ -17,7 +17,7 @@ from llada.trace import Trace
 from ..frame import Throttle, frame, problem, refusing
 from ..render import canvas, tables
 from ..render.live import LiveCanvas, patch_value
-from ..runs import LiveRun, interleave, start
+from ..runs import LiveRun, interleave, start_batch
 from ..settings import check_prompt, check_request, check_step, presets_of
 from .run import CANVAS_FPS, CHART_FPS, charts_of
 
@@ -74,12 +74,11 @@ def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[s
     presets = presets_of(model_path or models.default)
     requests = {mode: check_request(presets, prompt, mode, block_length=block_length, gen_length=gen_length)
                 for mode in ("S", "Q")}
-    pipe = models.get(model_path)
-    return {mode: start(pipe, req) for mode, req in requests.items()}
+    return start_batch(models.get(model_path), requests)  # each trace is the one its mode gets alone
 
 
 def compare_ui(models, model_path, prompt, gen_length):
-    """S and Q on one prompt, each with its preset's block length, interleaved forward by forward."""
+    """S and Q on one prompt, each with its preset's block length, sharing each forward."""
     try:
         runs = compare_runs(models, models.checked_path(model_path), prompt, None, gen_length)
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)

@@ -9,7 +9,7 @@ from html import escape
 
 import pandas as pd
 
-from llada.eval.check import expected_answer
+from llada.data.check import is_right
 from llada.trace import Trace
 
 from .canvas import text
@@ -32,10 +32,10 @@ def stats_line(trace: Trace | None, live: bool = False) -> str:
 
 def correctness(trace: Trace) -> str:
     """'right' / 'wrong' for a checkable prompt (an arithmetic, sort, reverse or rename task), else '—'."""
-    answer = expected_answer(trace.prompt)
-    if answer is None or trace.status == "running":
+    right = is_right(trace.prompt, trace.text)
+    if right is None or trace.status == "running":
         return "—"
-    return "right" if (trace.text or "") == answer else "wrong"
+    return "right" if right else "wrong"
 
 
 def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Is a free prompt one of the checkable tasks? Then its one right answer (see `llada.eval.tasks`).
+"""Is a free prompt one of the checkable tasks? Then its one right answer (see `llada.data.tasks`).
 
     expected_answer("317+985=")            -> "1302"
     expected_answer("sort 73914=")         -> "13479"
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .tasks import BODIES
+from .tasks import BODIES, is_right as matches
 
 _ADD = re.compile(r"^(\d+)\+(\d+)=$")
 _SORT = re.compile(r"^sort (\d+)=$")
@@ -35,7 +35,7 @@ def expected_answer(prompt: str) -> str | None:
     return None
 
 
-def is_right(prompt: str, output: str) -> bool | None:
+def is_right(prompt: str, output: str | None) -> bool | None:
     """True / False for a checkable prompt's output (the generated text, EOS excluded); None otherwise."""
     answer = expected_answer(prompt)
-    return None if answer is None else output == answer
+    return None if answer is None else matches(output, answer)

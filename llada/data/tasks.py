@@ -44,15 +44,23 @@ BODIES = {  # function name -> body template; {v} is the parameter, repeated on 
 }
 
 
+def is_right(text: str | None, answer: str) -> bool:
+    """The one answer rule: the generated text (EOS excluded) is exactly the answer, nothing stripped.
+
+    Every "is this output right" reads it: `Item.check`, `llada.data.check.is_right`, the playground's
+    right / wrong column and the Learn view's lessons. No text (a run without a tokenizer) is wrong."""
+    return text is not None and text == answer
+
+
 @dataclass(frozen=True)
 class Item:
     task: str
     prompt: str
     answer: str
 
-    def check(self, text: str) -> bool:
-        """Exact match of the generated answer text."""
-        return text == self.answer
+    def check(self, text: str | None) -> bool:
+        """Exact match of the generated answer text (`is_right`)."""
+        return is_right(text, self.answer)
 
 
 def _number(rng: random.Random, lo_digits: int, hi_digits: int) -> int:
