@@ -47,7 +47,7 @@ def graph_ready(model: LLaDA2MoE) -> bool:
             return False  # bincount().tolist() to loop over the experts
         if isinstance(module, (FP8Experts, FP8Linear)):
             probe = module.w13 if isinstance(module, FP8Experts) else module.weight
-            if kernels.resolve_impl(module.impl, probe) != "triton":
+            if kernels.resolve_impl(module.impl, probe, fp8=True) != "triton":
                 return False  # the PyTorch reference loops over ids.unique().tolist()
     return True
 

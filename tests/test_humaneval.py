@@ -20,7 +20,7 @@ from llada.eval.humaneval import fit_gen_length, format_table
 from llada.eval.humaneval_child import decode, digest, encode, matches
 from llada.eval.humaneval_data import DATA, HumanEvalError, load_problems
 from llada.eval.humaneval_prompt import INSTRUCTION, Prompt, build_prompt, code_extract, sanitize, solution_of
-from llada.eval.humaneval_score import Evaluator, read_samples, scores_json
+from llada.eval.humaneval_score import Evaluator, read_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ("HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/32", "HumanEval/53", "HumanEval/106",

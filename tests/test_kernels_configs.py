@@ -145,3 +145,16 @@ def test_bf16_weights_are_benchmarked_and_tuned_apart(tmp_path):
     assert report["weights"] == "bf16" and row["rel_rmse_vs_reference"] < 1e-4  # fp32 on CPU: sum order only
     assert row["weight_bytes"] == row["experts_touched"] * 2 * 3 * 192 * 40  # bf16: 2 bytes, no scales
     assert list(json.loads(table.read_text())["shapes"]) == ["H192-I40-E8-K2-bf16"]
+
+
+def test_auto_keeps_fp8_ops_off_triton_on_a_gpu_without_fp8(monkeypatch):
+    from llada.kernels import devices
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(kernels, "triton_available", lambda: True)
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[80])
+    assert kernels.auto_impl(cuda, fp8=True) == "torch"  # e4m3 does not compile on sm80: the reference runs
+    assert kernels.auto_impl(cuda, fp8=False) == "triton"  # bf16 grouped GEMMs do
+    monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[90])
+    assert kernels.auto_impl(cuda, fp8=True) == "triton"
+    assert kernels.auto_impl(torch.device("cpu"), fp8=True) == "torch"

@@ -31,12 +31,13 @@ from . import reference
 IMPLS = ("auto", "triton", "torch")
 
 
-def resolve_impl(impl: str, x: torch.Tensor) -> str:
-    """'auto' -> 'triton' for CUDA tensors, 'torch' otherwise; checks that the choice can run."""
+def resolve_impl(impl: str, x: torch.Tensor, fp8: bool = False) -> str:
+    """'auto' -> 'triton' for CUDA tensors, 'torch' otherwise (and for an FP8 op on a GPU without FP8,
+    sm80 / sm86, where Triton cannot compile e4m3); checks that the choice can run."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
     if impl == "auto":
-        return "triton" if x.is_cuda and triton_available() else "torch"
+        return auto_impl(x.device, fp8)
     if impl == "triton":
         if not triton_available():
             raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
@@ -50,8 +51,17 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def _module(impl: str, x: torch.Tensor, name: str):
-    if resolve_impl(impl, x) == "torch":
+def auto_impl(device: torch.device, fp8: bool = False) -> str:
+    """What impl="auto" runs on `device`: Triton on CUDA (for FP8 ops only where the GPU has FP8)."""
+    if device.type != "cuda" or not triton_available():
+        return "torch"
+    from .devices import spec_of
+
+    return "triton" if not fp8 or spec_of(device).fp8 else "torch"
+
+
+def _module(impl: str, x: torch.Tensor, name: str, fp8: bool = True):
+    if resolve_impl(impl, x, fp8) == "torch":
         return reference
     return importlib.import_module(f".{name}", __name__)
 
@@ -81,7 +91,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: st
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
               impl: str = "auto") -> torch.Tensor:
     """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere."""
-    return _module(impl, x, "fused_moe").fused_moe_bf16(x, w13, w2, ids, weights)
+    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights)
 
 
 def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
@@ -91,5 +101,5 @@ def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int,
     return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale)
 
 
-__all__ = ["IMPLS", "resolve_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
+__all__ = ["IMPLS", "resolve_impl", "auto_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
            "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "reference"]

@@ -16,6 +16,7 @@ ahead-of-time compile (`llada.kernels.aot`) targets on a machine without a GPU.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +47,13 @@ SMEM_BY_ARCH = {80: 166_912, 86: 101_376, 87: 166_912, 89: 101_376, 90: 232_448,
 
 def spec_of(device: torch.device | int | None = None) -> DeviceSpec:
     """The spec of a CUDA device, from `torch.cuda.get_device_properties`."""
-    props = torch.cuda.get_device_properties(device)
+    return _spec(torch.cuda.current_device() if device is None or getattr(device, "index", 0) is None
+                 else device if isinstance(device, int) else device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(index: int) -> DeviceSpec:
+    props = torch.cuda.get_device_properties(index)
     arch = 10 * props.major + props.minor
     smem = getattr(props, "shared_memory_per_block_optin", 0) or SMEM_BY_ARCH.get(arch, 101_376)
     return DeviceSpec(props.name, arch, props.multi_processor_count, int(smem))
