@@ -20,6 +20,7 @@ record (the shared forward, then the rule of the rows before it), the consumer's
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Iterator
 
 from .config import DecodeConfig
@@ -27,7 +28,7 @@ from .decode import BatchDecoder
 from .model import LLaDA2MoE
 from .trace import StepRecord, Trace
 
-__all__ = ["BatchDecoder", "check_configs", "decode_batch", "generate_batch"]
+__all__ = ["BatchDecoder", "RowStreams", "check_configs", "decode_batch", "generate_batch"]
 
 
 def decode_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
@@ -66,3 +67,27 @@ def check_configs(prompts, configs) -> list[DecodeConfig]:
     if len(configs) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(configs)} settings: give one DecodeConfig or one per prompt")
     return configs
+
+
+class RowStreams:
+    """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step.
+
+    A row's stream can be bounded (`llada.budget`) or closed on its own: closing it drops the row and the
+    other rows go on. Rows not being pulled queue their records meanwhile."""
+
+    def __init__(self, batch: BatchDecoder):
+        self.batch = batch
+        self.queues: dict[int, deque] = {}
+
+    def row(self, index: int) -> Iterator[StepRecord]:
+        queue = self.queues.setdefault(index, deque())
+        try:
+            while queue or index not in self.batch.done:
+                if queue:
+                    yield queue.popleft()
+                    continue
+                for row, record in self.batch.step():
+                    self.queues.setdefault(row, deque()).append(record)
+        finally:
+            if index not in self.batch.done:
+                self.batch.drop(index)  # stopped early: the other rows go on

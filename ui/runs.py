@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
 from llada.budget import Budget
+from llada.batch import RowStreams
 from llada.decode import BatchDecoder
 from llada.trace import StepRecord, Trace
 
@@ -96,33 +96,12 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
         except ValueError as err:
             raise InputError(str(err)) from None
         traces[label] = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
-    shared = _SharedBatch(batch)
+    shared = RowStreams(batch)
     runs = {label: LiveRun(pipe, trace, _budgeted(shared.row(i), trace, budget))
             for i, (label, trace) in enumerate(traces.items())}
     with _LIVE_LOCK:
         _LIVE.update(runs.values())
     return runs
-
-
-class _SharedBatch:
-    """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step."""
-
-    def __init__(self, batch: BatchDecoder):
-        self.batch = batch
-        self.queues: dict[int, deque] = {}
-
-    def row(self, index: int) -> Iterator[StepRecord]:
-        queue = self.queues.setdefault(index, deque())
-        try:
-            while queue or index not in self.batch.done:
-                if queue:
-                    yield queue.popleft()
-                    continue
-                for row, record in self.batch.step():
-                    self.queues.setdefault(row, deque()).append(record)
-        finally:
-            if index not in self.batch.done:
-                self.batch.drop(index)  # stopped early: the other rows go on
 
 
 def drain(run: LiveRun) -> Trace:
