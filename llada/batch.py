@@ -28,7 +28,7 @@ from .decode import BatchDecoder
 from .model import LLaDA2MoE
 from .trace import StepRecord, Trace
 
-__all__ = ["BatchDecoder", "RowStreams", "check_configs", "decode_batch", "generate_batch"]
+__all__ = ["BatchDecoder", "RowStream", "RowStreams", "check_configs", "decode_batch", "generate_batch"]
 
 
 def decode_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
@@ -79,7 +79,10 @@ class RowStreams:
         self.batch = batch
         self.queues: dict[int, deque] = {}
 
-    def row(self, index: int) -> Iterator[StepRecord]:
+    def row(self, index: int) -> "RowStream":
+        return RowStream(self, index)
+
+    def records(self, index: int) -> Iterator[StepRecord]:
         queue = self.queues.setdefault(index, deque())
         try:
             while queue or index not in self.batch.done:
@@ -91,3 +94,28 @@ class RowStreams:
         finally:
             if index not in self.batch.done:
                 self.batch.drop(index)  # stopped early: the other rows go on
+
+
+class RowStream:
+    """The records of one row of a `RowStreams`; `limit(may_continue)` lets a budget refuse its next forward."""
+
+    def __init__(self, streams: RowStreams, index: int):
+        self.batch, self.index = streams.batch, index
+        self._records = streams.records(index)
+
+    def __iter__(self) -> "RowStream":
+        return self
+
+    def __next__(self) -> StepRecord:
+        return next(self._records)
+
+    def close(self) -> None:
+        self._records.close()
+
+    def limit(self, may_continue) -> None:
+        self.batch.limit(self.index, may_continue)
+
+    @property
+    def refused(self) -> bool:
+        """The row was stopped because its budget refused it a forward."""
+        return self.index in self.batch.refused

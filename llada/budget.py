@@ -50,6 +50,11 @@ class Budget:
             return f"budget reached: {self.seconds:g} s of wall time per request"
         return ""
 
+    def allows(self, forwards: int) -> bool:
+        """May a run that has had `forwards` forwards start one more, by their number alone? (The engine's
+        question for a row queued before its consumer bounds it: `BatchDecoder.add(..., may_continue=)`.)"""
+        return forwards < self.forwards
+
     def bound(self, records: Iterator[StepRecord], clock: Callable[[], float] = time.monotonic) -> "Bounded":
         """`records` (one per forward) within this budget; the clock starts now."""
         return Bounded(records, self, clock)
@@ -98,7 +103,8 @@ class Bounded:
                 self.forwards += 1
                 yield record
                 self.cut = self.budget.spent(self.forwards, self.clock() - self.started)
-            self.cut = self.refused  # "": the engine ended on its own, on its last allowed forward or before
+            refused_before = getattr(self.records, "refused", False) and not self.refused  # by `allows`, unbound
+            self.cut = self.refused or (self.cut if refused_before else "")  # "": the engine ended on its own
         finally:
             close = getattr(self.records, "close", None)
             if close is not None:

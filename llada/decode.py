@@ -211,6 +211,7 @@ class BatchDecoder:
     waiting: deque = field(default_factory=deque)
     active: list[_Row] = field(default_factory=list)
     done: list[int] = field(default_factory=list)  # rows finished so far, in order
+    refused: set[int] = field(default_factory=set)  # rows stopped because their budget refused a forward
     rows: int = 0  # rows added so far (the next row's index)
 
     def __post_init__(self) -> None:
@@ -267,6 +268,7 @@ class BatchDecoder:
             self.active.append(row)
             self._advance([row], out)
         for row in [r for r in self.active if r.may_continue is not None and not r.may_continue(r.forwards)]:
+            self.refused.add(row.index)
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active])
@@ -322,6 +324,11 @@ class Stream:
     def close(self) -> None:
         self.batch.drop(self.index)
         self.pending.clear()
+
+    @property
+    def refused(self) -> bool:
+        """The run was stopped because its budget refused it a forward."""
+        return self.index in self.batch.refused
 
     @property
     def closed(self) -> bool:

@@ -174,3 +174,30 @@ def test_a_refused_run_keeps_the_records_of_its_allowed_forwards(pipe):
         assert bounded.cut and bounded.refused == bounded.cut
         timeless = lambda records: [replace(r, seconds=0.0) for r in records]  # noqa: E731
         assert timeless(trace.records) == timeless(whole.records[:allowed])  # the same run, cut at its budget
+
+
+def test_a_batched_sweep_computes_no_forward_past_a_decodes_budget(pipe, monkeypatch):
+    """The sweep decodes a cell's items as rows of one batch: each row stops at its own budget, its forward
+    never computed (rows counted in the model's row-batched calls)."""
+    rows = {"n": 0}
+    real = pipe.model.forward_rows
+
+    def counted(batch_rows, *args, **kwargs):
+        rows["n"] += len(batch_rows)
+        return real(batch_rows, *args, **kwargs)
+
+    monkeypatch.setattr(pipe.model, "forward_rows", counted)
+    monkeypatch.setattr(sw, "BATCH", 3)
+    spec = sw.SweepSpec((0.9,), (0.0,), (False,), (), ("add", "sort"), 3, 0, "eval", 8, 24)
+    (cell,) = spec.cells(pipe.presets)
+    cfg = cell.config(pipe, spec.gen_length)
+    rows["n"] = 0
+    needed = [pipe.generate(pipe.encode(it.prompt), cfg).forwards for items in spec.items().values() for it in items]
+    assert rows["n"] == sum(needed) and max(needed) > 2
+    for allowed in (1, 2, max(needed)):
+        rows["n"] = 0
+        last = list(sw.sweep(pipe, spec, budget=Budget(forwards=allowed, seconds=600)))[-1]
+        (point,) = last.points
+        assert last.status == "done" and point.cut == sum(n > allowed for n in needed)
+        warm_up = needed[0]  # the sweep first decodes its first item once, unbounded and untimed
+        assert rows["n"] == warm_up + sum(min(n, allowed) for n in needed), allowed

@@ -92,7 +92,7 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
     for label, req in reqs.items():
         ids = pipe.encode(req.prompt)
         try:
-            batch.add(ids, req.settings.config)  # checks the settings and the prompt now
+            batch.add(ids, req.settings.config, budget.allows)  # checks the settings and the prompt now
         except ValueError as err:
             raise InputError(str(err)) from None
         traces[label] = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)

@@ -163,7 +163,7 @@ def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, bu
     jobs = [(task, *_prepared(pipe, item, cfg)) for task, task_items in items.items() for item in task_items]
     batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH)
     for _, _, ids, row_cfg in jobs:
-        batch.add(ids, row_cfg)
+        batch.add(ids, row_cfg, may_continue=budget.allows)  # no row computes a forward past its budget
     streams = RowStreams(batch)
     tallies, cut = {task: Tally() for task in items}, 0
     for index, (task, item, ids, row_cfg) in enumerate(jobs):
