@@ -20,6 +20,7 @@ record (the shared forward, then the rule of the rows before it), the consumer's
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Iterator
 
@@ -73,21 +74,41 @@ class RowStreams:
     """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step.
 
     A row's stream can be bounded (`llada.budget`) or closed on its own: closing it drops the row and the
-    other rows go on. Rows not being pulled queue their records meanwhile."""
+    other rows go on. Rows not being pulled queue their records meanwhile. Rows may be added at any time
+    and pulled from several threads (one lock around each step): a row added now joins the next step."""
 
     def __init__(self, batch: BatchDecoder):
         self.batch = batch
         self.queues: dict[int, deque] = {}
+        self.closed: set[int] = set()  # rows whose stream was closed: their records are not kept
+        self.lock = threading.Lock()
+
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig) -> int:
+        """A new row (ValueError now when it does not fit); its index for `row`."""
+        with self.lock:
+            index = self.batch.add(prompt_ids, cfg)
+            self.queues[index] = deque()
+            return index
 
     def row(self, index: int) -> Iterator[StepRecord]:
-        queue = self.queues.setdefault(index, deque())
         try:
-            while queue or index not in self.batch.done:
-                if queue:
-                    yield queue.popleft()
-                    continue
-                for row, record in self.batch.step():
-                    self.queues.setdefault(row, deque()).append(record)
+            while True:
+                record = self._next(index)
+                if record is None:
+                    return
+                yield record
         finally:
-            if index not in self.batch.done:
-                self.batch.drop(index)  # stopped early: the other rows go on
+            with self.lock:
+                self.closed.add(index)
+                self.queues.pop(index, None)
+                if index not in self.batch.done:
+                    self.batch.drop(index)  # stopped early: the other rows go on
+
+    def _next(self, index: int) -> StepRecord | None:
+        with self.lock:
+            queue = self.queues.setdefault(index, deque())
+            while not queue and index not in self.batch.done:
+                for row, record in self.batch.step():
+                    if row not in self.closed:
+                        self.queues.setdefault(row, deque()).append(record)
+            return queue.popleft() if queue else None
