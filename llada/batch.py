@@ -20,6 +20,7 @@ record (the shared forward, then the rule of the rows before it), the consumer's
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Iterator
 
@@ -73,34 +74,56 @@ class RowStreams:
     """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step.
 
     A row's stream can be bounded (`llada.budget`) or closed on its own: closing it drops the row and the
-    other rows go on. Rows not being pulled queue their records meanwhile."""
+    other rows go on. Rows not being pulled queue their records meanwhile. Rows may be added at any time
+    and pulled from several threads (one lock around each step): a row added now joins the next step."""
 
     def __init__(self, batch: BatchDecoder):
         self.batch = batch
         self.queues: dict[int, deque] = {}
+        self.closed: set[int] = set()  # rows whose stream was closed: their records are not kept
+        self.lock = threading.Lock()
+
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None) -> int:
+        """A new row (ValueError now when it does not fit); its index for `row` (`may_continue`: see
+        `BatchDecoder.add`)."""
+        with self.lock:
+            index = self.batch.add(prompt_ids, cfg, may_continue)
+            self.queues[index] = deque()
+            return index
 
     def row(self, index: int) -> "RowStream":
+        """Row `index`'s records; a budget bounds it through `RowStream.limit`."""
         return RowStream(self, index)
 
     def records(self, index: int) -> Iterator[StepRecord]:
-        queue = self.queues.setdefault(index, deque())
         try:
-            while queue or index not in self.batch.done:
-                if queue:
-                    yield queue.popleft()
-                    continue
-                for row, record in self.batch.step():
-                    self.queues.setdefault(row, deque()).append(record)
+            while True:
+                record = self._next(index)
+                if record is None:
+                    return
+                yield record
         finally:
-            if index not in self.batch.done:
-                self.batch.drop(index)  # stopped early: the other rows go on
+            with self.lock:
+                self.closed.add(index)
+                self.queues.pop(index, None)
+                if index not in self.batch.done:
+                    self.batch.drop(index)  # stopped early: the other rows go on
+
+    def _next(self, index: int) -> StepRecord | None:
+        with self.lock:
+            queue = self.queues.setdefault(index, deque())
+            while not queue and index not in self.batch.done:
+                for row, record in self.batch.step():
+                    if row not in self.closed:
+                        self.queues.setdefault(row, deque()).append(record)
+            return queue.popleft() if queue else None
 
 
 class RowStream:
     """The records of one row of a `RowStreams`; `limit(may_continue)` lets a budget refuse its next forward."""
 
     def __init__(self, streams: RowStreams, index: int):
-        self.batch, self.index = streams.batch, index
+        self.streams, self.batch, self.index = streams, streams.batch, index
         self._records = streams.records(index)
 
     def __iter__(self) -> "RowStream":
@@ -113,7 +136,8 @@ class RowStream:
         self._records.close()
 
     def limit(self, may_continue) -> None:
-        self.batch.limit(self.index, may_continue)
+        with self.streams.lock:
+            self.batch.limit(self.index, may_continue)
 
     @property
     def refused(self) -> bool:
