@@ -102,8 +102,10 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
     """Runs of `reqs` on one model sharing every forward (InputError when one does not fit); start on first pull.
 
     Each run's records come from one `BatchDecoder`; each keeps its own budget, and closing one (Stop, its
-    budget) drops its row while the others go on."""
+    budget) drops its row while the others go on. On a GPU the runs stay apart (`start`)."""
     budget = budget or BUDGET
+    if pipe.model.device.type != "cpu":  # lone runs keep the GPU's own forward path (CUDA graphs)
+        return {label: start(pipe, req, budget) for label, req in reqs.items()}
     shared = RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id))
     runs = {}
     for label, req in reqs.items():
