@@ -203,6 +203,8 @@ def test_the_sweep_runs_in_the_playgrounds_decode_group_and_stop_cancels_it(mode
     fns = {fn.name: fn for fn in demo.fns.values()}
     run = fns["run"]
     assert (run.concurrency_id, run.concurrency_limit) == ("decode", DECODE_CONCURRENCY)
-    assert [target for target, _ in run.targets] == [parts.run._id]
+    free = fns["sweep_free"]  # Run sweep checks for a running sweep first, without a decode slot; then it runs
+    assert [target for target, _ in free.targets] == [parts.run._id] and free.concurrency_id != "decode"
+    assert run.trigger_after == free._id and run.trigger_only_on_success
     cancels = [fn for fn in demo.fns.values() if fn.is_cancel_function and run._id in fn.cancels]
     assert [target for fn in cancels for target, _ in fn.targets] == [parts.stop._id]

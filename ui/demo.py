@@ -14,13 +14,19 @@ from types import SimpleNamespace
 import gradio as gr
 
 from . import ASSETS
+from .frame import quiet_refusals
 from .explorer import view as explorer
 from .learn import lessons, view as learn
 from .models import Models
 from .playground import view as playground_view, wire as playground
 
-LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft"}  # launch(**LOOK): Gradio 6 dresses the page at launch
-STATE_TTL_S = 3600  # a tab keeps its last run and comparison this long (and drops them when it closes)
+# launch(**LOOK): Gradio 6 dresses the page at launch; the page has no upload component, so Gradio's upload route
+# takes nothing bigger than a few KB; Gradio keeps a copy of the page's values per session (about 0.25 MiB):
+# at most SESSIONS of them (the oldest go first), and a closed tab's at once (`drop_session`)
+SESSIONS = 256
+LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft", "max_file_size": "16kb",
+        "state_session_capacity": SESSIONS}
+STATE_TTL_S = 3600  # an open tab keeps its last run and comparison this long; a closed one drops them at once
 HEADER = ("## LLaDA2.1 playground\nWatch a block-diffusion language model **draft** masked tokens in parallel "
           "and **edit** its own text, step by step. New here? Click an example, or open **Learn**.")
 LOADS = ("mode", "tau_mask", "edit", "tau_edit", "mbe", "block_length", "model")  # what an explorer point sets
@@ -35,6 +41,7 @@ def _page_script() -> None:
 def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     """The playground for `models` (nothing is loaded until a run needs it)."""
     recordings = lessons.load_recordings() if recordings is None else recordings
+    quiet_refusals()  # a request Gradio refuses is one line of the log, not a traceback
     with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown(HEADER, elem_id="header")
@@ -50,4 +57,15 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         targets = SimpleNamespace(**{name: getattr(c, name) for name in LOADS})
         explorer.wire(models, explorer_parts, targets, tabs, tab=explorer_tab)
         playground.wire_api(models, playground_view.api_inputs(), trace)
+        demo.unload(drop_session)
     return demo
+
+
+def drop_session(request: gr.Request) -> None:
+    """A tab closed: forget its session (its last run, comparison and values) now, not an hour later."""
+    holder = getattr(getattr(getattr(request, "request", None), "app", None), "state_holder", None)
+    if holder is None or not request.session_hash:
+        return
+    with holder.lock:
+        holder.session_data.pop(request.session_hash, None)
+        holder.time_last_used.pop(request.session_hash, None)

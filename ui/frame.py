@@ -16,8 +16,11 @@ failure of the server, told in one line while the log keeps its traceback. A pro
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 import time
+import traceback
 from html import escape
 from typing import NamedTuple
 
@@ -28,7 +31,9 @@ from llada.checkpoint import CheckpointError
 DECODE_CONCURRENCY = 2
 DECODE = {"concurrency_id": "decode", "concurrency_limit": DECODE_CONCURRENCY}
 REPLAY = {"concurrency_limit": 8, "show_progress": "hidden"}
-PRIVATE = {"api_visibility": "private"}  # UI events stay out of the API page
+# UI events stay out of the API page, and their handlers read the values as sent (every one is checked there:
+# a component's own conversion lets NaN through and answers a string in a slider with a traceback)
+PRIVATE = {"api_visibility": "private", "preprocess": False}
 # InputError is a ValueError; engine checks raise ValueError; NonFiniteLogits is a FloatingPointError
 REFUSED = (ValueError, CheckpointError, FloatingPointError)
 log = logging.getLogger("ui")
@@ -100,3 +105,54 @@ class Throttle:
             self.last = now
             return True
         return False
+
+
+def refusing(fn):
+    """`fn` (an event handler) whose refusals and failures reach the client as a Gradio error with the message
+    of `problem` (a refusal unlogged, a failure logged once with its traceback)."""
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as err:  # noqa: BLE001 - told as `problem` says
+            raise problem(err).error() from None
+    return checked
+
+
+class _QuietRefusals:
+    """Gradio's `traceback` as its queue and routes see it: a request Gradio itself refuses (a gr.Error, a value
+    its component cannot read, the wrong number of inputs) is logged as one line; any other failure keeps
+    its whole traceback."""
+
+    def __getattr__(self, name):
+        return getattr(traceback, name)
+
+    @staticmethod
+    def print_exc(*args, **kwargs):
+        err = sys.exc_info()[1]
+        if err is not None and refused_by_gradio(err):
+            log.warning("refused request: %s", " ".join(str(err).split())[:300])
+            return
+        traceback.print_exc(*args, **kwargs)
+
+
+def refused_by_gradio(err: BaseException) -> bool:
+    from gradio.exceptions import ComponentProcessingError, Error
+
+    if isinstance(err, (Error, ComponentProcessingError)):
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].name == "validate_inputs" and "gradio" in frames[-1].filename
+
+
+def quiet_refusals() -> None:
+    """Install `_QuietRefusals` where Gradio prints the errors of requests (its queue, routes and helpers)."""
+    import gradio.queueing
+    import gradio.routes
+    import gradio.utils
+
+    for module in (gradio.queueing, gradio.routes, gradio.utils):
+        if getattr(module, "traceback", None) is traceback:
+            module.traceback = _QuietRefusals()

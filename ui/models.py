@@ -175,6 +175,14 @@ class Models:
         """One line per withheld model and why (empty when every candidate is offered)."""
         return "\n".join(f"{m.name}: {m.reason}" for m in self.withheld)
 
+    def checked_path(self, path) -> str | None:
+        """`path` when it is an offered model's path (None or empty: None, the default); ValueError otherwise."""
+        if path is None or path == "":
+            return None
+        if isinstance(path, str) and path in self.dirs:
+            return path
+        return self.path_of(path) if isinstance(path, str) else self.path_of(repr(path))
+
     def path_of(self, name: str | None) -> str | None:
         """The path of an offered model's name (None for the default); ValueError otherwise."""
         if name is None or (isinstance(name, str) and not name.strip()):

@@ -70,6 +70,23 @@ def _flag(name: str, value) -> bool:
     return value
 
 
+def check_flag(name: str, value) -> bool:
+    """A checkbox's value: true or false, nothing read as either (the string "false" is refused)."""
+    return _flag(name, value)
+
+
+def check_step(value, name: str = "step") -> int:
+    """A scrubber's step: a finite whole number from 0 (a step past the last shows the last)."""
+    return _number(name, value, 0, 10**9, integer=True)
+
+
+def check_choice(name: str, value, choices) -> str:
+    """One of `choices` (strings), or InputError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
+    return value
+
+
 def _shown(value) -> str:
     """A short description of a refused value (its type, and the value when short)."""
     text = repr(value)

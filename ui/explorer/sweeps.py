@@ -43,6 +43,8 @@ DECODE_BUDGET = Budget(forwards=min(BUDGET.forwards, 256), seconds=10.0)
 PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
 SWEEP_LOCK = threading.Lock()  # one sweep per server: playground runs keep the other decode slot
+BUSY = ("Another sweep is running on this server (one at a time, so that playground runs keep their share); try "
+        "again when it is done.")
 EXPORTS = ExportDir()
 
 
@@ -70,12 +72,12 @@ def spec_of(tau_masks, tau_edits, mbe, tasks, n, block_length) -> SweepSpec:
     for name, values in (("τ_mask", tau_masks), ("τ_edit", tau_edits), ("MBE series", mbe), ("task", tasks)):
         if not isinstance(values, (list, tuple)) or not values:
             raise ValueError(f"choose at least one {name} value")
-    try:
-        masks = tuple(float(v) for v in tau_masks)
-        edits = tuple(None if v == "off" else float(v) for v in tau_edits)
-    except (TypeError, ValueError):
-        raise ValueError(f"τ values must be numbers in [0, 1] or off, got {[*tau_masks, *tau_edits]}") from None
-    if not set(mbe) <= {"off", "on"}:
+    offered = all(isinstance(v, str) for v in [*tau_masks, *tau_edits])  # the checkboxes' values only
+    if not (offered and set(tau_masks) <= set(TAU_MASKS) and set(tau_edits) <= set(TAU_EDITS)):
+        raise ValueError(f"τ values must be numbers in [0, 1] or off, as offered, got {[*tau_masks, *tau_edits]}"[:300])
+    masks = tuple(float(v) for v in tau_masks)
+    edits = tuple(None if v == "off" else float(v) for v in tau_edits)
+    if not all(isinstance(m, str) for m in mbe) or not set(mbe) <= {"off", "on"}:
         raise ValueError(f"MBE series must be off and/or on, got {list(mbe)}")
     return SweepSpec(masks, edits, tuple(m == "on" for m in mbe), tasks=tuple(tasks),
                      n=_whole("items per task", n, *N_LIMITS),
@@ -156,16 +158,23 @@ def subtitle_of(name: str, spec: SweepSpec) -> str:
 
 # ---- handlers -------------------------------------------------------------------------------------------
 
+def sweep_free() -> str:
+    """Before a sweep queues for a decode slot: refuse at once (a Gradio error) while another sweep runs."""
+    if SWEEP_LOCK.locked():
+        raise gr.Error(BUSY, title="Busy", print_exception=False)
+    return "Waiting for a decode slot…"
+
+
 def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edits, mbe, tasks, n, block_length):
     """Run one sweep (one at a time per server), streaming the growing chart and the progress line."""
     try:
         spec = spec_of(tau_masks, tau_edits, mbe, tasks, n, block_length)
+        model_path = models.checked_path(model_path)
     except ValueError as err:
         yield told(err)
         return
     if not SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):
-        yield frame(ExplorerFrame, progress="Another sweep is running on this server (one at a time, so that "
-                                            "playground runs keep their share); try again when it is done.")
+        yield frame(ExplorerFrame, progress=BUSY)
         return
     try:
         pipe = models.get(model_path)
@@ -212,7 +221,7 @@ def load_point(values, has_model: bool, model_path) -> tuple:
     """Playground updates for a point's settings: mode Custom, thresholds, MBE, block length, its tab."""
     try:
         s = pareto.parse_settings(values)
-    except ValueError:
+    except (ValueError, TypeError, KeyError, IndexError):
         return (gr.skip(),) * (7 + has_model)  # a click on no point (a header, an empty row)
     updates = ("Custom", s.tau_mask, s.tau_edit is not None, gr.skip() if s.tau_edit is None else s.tau_edit, s.mbe,
                s.block_length, gr.Tabs(selected="playground"))

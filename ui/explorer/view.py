@@ -23,12 +23,12 @@ from llada.eval.sweep_grid import TASK_SETS
 from llada.data.tasks import TASKS
 
 from .. import ASSETS
-from ..frame import DECODE, PRIVATE, REPLAY, Inputs
+from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import GPU_SECONDS, Models, on_gpu
 from ..render import pareto
 from ..settings import LIMITS, presets_of
 from .sweeps import (CACHE_ENV, DEFAULTS, LOCK_WAIT_S, N_LIMITS, SWEEP_LOCK, TAU_EDITS, TAU_MASKS, ExplorerFrame,
-                     load_point, run_sweep, show_cached)
+                     load_point, run_sweep, show_cached, sweep_free)
 
 INTRO = ASSETS / "explorer.md"
 
@@ -96,24 +96,27 @@ def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: 
             SWEEP_LOCK.release()
         return show_cached(models, cache, **settings.values(data), stopped=True)
 
-    event = p.run.click(run, settings.inputs, outputs, show_progress="minimal", **PRIVATE, **DECODE)
+    free = p.run.click(sweep_free, None, p.progress, **PRIVATE, **REPLAY)  # answers without a decode slot
+    event = free.success(run, settings.inputs, outputs, show_progress="minimal", **PRIVATE, **DECODE)
     p.stop.click(None, None, None, cancels=[event]).then(stopped, settings.inputs, outputs, **PRIVATE, **REPLAY)
     grid = [c for name, c in settings.components.items() if name != "model_path"]
     triggers = [p.model.change] + [c.input for c in grid] + ([tab.select] if tab is not None else [])
     gr.on(triggers, cached, settings.inputs, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
-    _wire_loading(p, playground, tabs)
+    _wire_loading(models, p, playground, tabs)
 
 
-def _wire_loading(p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs) -> None:
+def _wire_loading(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs) -> None:
     has_model = getattr(playground, "model", None) is not None
     targets = [playground.mode, playground.tau_mask, playground.edit, playground.tau_edit, playground.mbe,
                playground.block_length, tabs] + ([playground.model] if has_model else [])
 
+    @refusing
     def from_row(model_path, evt: gr.SelectData):
-        return load_point(evt.row_value, has_model, model_path)
+        return load_point(evt.row_value, has_model, models.checked_path(model_path) or models.default)
 
+    @refusing
     def from_chart(model_path, evt: gr.SelectData):
-        return load_point(evt.value, has_model, model_path)
+        return load_point(evt.value, has_model, models.checked_path(model_path) or models.default)
 
     p.table.select(from_row, [p.model], targets, **PRIVATE, **REPLAY)
     p.pick.select(from_chart, [p.model], targets, **PRIVATE, **REPLAY)

@@ -16,9 +16,10 @@ import gradio as gr
 from llada.trace import Trace
 
 from .. import ASSETS
-from ..frame import REPLAY
+from ..frame import PRIVATE, REPLAY, refusing
 from ..render import canvas
 from ..render.narrate import narrate, visible
+from ..settings import check_choice, check_step
 from .lessons import Recording, as_recording, learn_text
 
 LEARN_CSS = ASSETS / "learn.css"
@@ -148,38 +149,48 @@ def wire(recordings: dict, v: SimpleNamespace) -> None:
     lessons = v.lessons
     shown = [v.canvas_a, v.canvas_b, v.narration]
 
+    def lesson(title) -> Recording | None:
+        if title is None:
+            return None
+        return lessons[check_choice("lesson", title, list(lessons))]
+
+    @refusing
     def pick(title):
-        rec = lessons.get(title)
+        rec = lesson(title)
         steps = rec.steps if rec else 0
         return (caption_html(rec), gr.update(visible=bool(rec and len(rec.runs) > 1)),
                 gr.update(maximum=max(steps, 1), value=0), stats_html(rec), *frame(rec, 0),
                 gr.Timer(STEP_SECONDS, active=rec is not None))
 
+    @refusing
     def scrub(title, step):
-        return (*frame(lessons.get(title), int(step or 0)), _stopped())
+        return (*frame(lesson(title), check_step(step)), _stopped())
 
+    @refusing
     def play(title, step):
-        rec = lessons.get(title)
+        rec, step = lesson(title), check_step(step)
         if rec is None:
             return (*(gr.skip(),) * 4, _stopped())
-        k = 0 if int(step or 0) >= rec.steps else int(step or 0)
+        k = 0 if step >= rec.steps else step
         return (*frame(rec, k), k, gr.Timer(STEP_SECONDS, active=True))
 
+    @refusing
     def tick(title, step):
-        rec = lessons.get(title)
-        if rec is None or int(step or 0) >= rec.steps:
+        rec, step = lesson(title), check_step(step)
+        if rec is None or step >= rec.steps:
             return (*(gr.skip(),) * 4, _stopped())
-        k = int(step or 0) + 1
+        k = step + 1
         return (*frame(rec, k), k, gr.skip() if k < rec.steps else _stopped())
 
+    @refusing
     def next_edit(title, step):
-        rec = lessons.get(title)
+        rec, step = lesson(title), check_step(step)
         found = [k for t in (rec.runs if rec else ()) if (k := canvas.next_edit_step(t, step)) is not None]
         if not found:
             return (*(gr.skip(),) * 4, _stopped())
         return (*frame(rec, min(found)), min(found), _stopped())
 
-    private = {"api_visibility": "private", **REPLAY}
+    private = {**PRIVATE, **REPLAY}
     v.run.change(pick, [v.run], [v.caption, v.column_b, v.step, v.stats, *shown, v.timer], **private)
     v.step.input(scrub, [v.run, v.step], [*shown, v.timer], trigger_mode="always_last", **private)
     v.play.click(play, [v.run, v.step], [*shown, v.step, v.timer], **private)

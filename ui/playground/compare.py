@@ -14,11 +14,11 @@ import gradio as gr
 
 from llada.trace import Trace
 
-from ..frame import Throttle, frame, problem
+from ..frame import Throttle, frame, problem, refusing
 from ..render import canvas, tables
 from ..render.live import LiveCanvas, patch_value
 from ..runs import LiveRun, interleave, start_batch
-from ..settings import check_prompt, check_request, presets_of
+from ..settings import check_prompt, check_request, check_step, presets_of
 from .run import CANVAS_FPS, CHART_FPS, charts_of
 
 
@@ -80,7 +80,7 @@ def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[s
 def compare_ui(models, model_path, prompt, gen_length):
     """S and Q on one prompt, each with its preset's block length, sharing each forward."""
     try:
-        runs = compare_runs(models, model_path, prompt, None, gen_length)
+        runs = compare_runs(models, models.checked_path(model_path), prompt, None, gen_length)
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
         yield frame(CompareFrame, error=problem(err).html)
         return
@@ -99,8 +99,9 @@ def compare_ui(models, model_path, prompt, gen_length):
     yield _compare_final({label: run.trace for label, run in runs.items()}, error)
 
 
+@refusing
 def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
+    k = check_step(step)
     if not traces:
         return gr.skip(), gr.skip()
-    k = int(step or 0)
     return canvas.render(traces["S"], k, elem_id="canvas-s"), canvas.render(traces["Q"], k, elem_id="canvas-q")

@@ -18,7 +18,7 @@ from llada.presets import tau_text
 
 from .. import ASSETS, runs
 from ..knows import knows
-from ..settings import LIMITS, MODES, preset_values, presets_of
+from ..settings import LIMITS, MODES, InputError, check_choice, check_step, preset_values, presets_of
 
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
 
@@ -44,7 +44,7 @@ def knows_note(model_path: str | None) -> str:
 
 def apply_mode(model_path, mode, with_block: bool = True) -> tuple:
     """Slider values of a preset: tau_mask, edit, tau_edit, max_post_steps, block_length (skips for Custom)."""
-    if mode == "Custom":
+    if check_choice("mode", mode, MODES) == "Custom":
         return (gr.skip(),) * 5
     v = preset_values(presets_of(model_path), mode)
     off = v["editing_threshold"] is None
@@ -77,11 +77,22 @@ def prompt_bar(c: SimpleNamespace) -> None:
                               min_width=220)
 
 
-def example_list(c: SimpleNamespace) -> gr.Examples:
+def example_list(c: SimpleNamespace) -> gr.Dataset:
+    """The examples as a dataset of labels; a click sends its index (`example_values` reads it)."""
     items = examples()
     rows = [[e[k] for k in EXAMPLE_INPUTS] for e in items]
-    return gr.Examples(rows, inputs=[getattr(c, k) for k in EXAMPLE_INPUTS], label="Examples: click one to run it",
-                       example_labels=[e["label"] for e in items], elem_id="examples", examples_per_page=6)
+    return gr.Dataset(components=[getattr(c, k) for k in EXAMPLE_INPUTS], samples=rows, type="index",
+                      sample_labels=[e["label"] for e in items], label="Examples: click one to run it",
+                      elem_id="examples", samples_per_page=6)
+
+
+def example_values(index) -> tuple:
+    """The inputs an example sets (EXAMPLE_INPUTS), by its index; InputError for an index that is none."""
+    items = examples()
+    k = check_step(index, "example index")
+    if k >= len(items):
+        raise InputError(f"example index must be from 0 to {len(items) - 1}, got {index!r}")
+    return tuple(items[k][name] for name in EXAMPLE_INPUTS)
 
 
 def settings(c: SimpleNamespace, models) -> None:

@@ -10,13 +10,19 @@ import gradio as gr
 from llada.trace import Trace
 
 from .. import export
+from ..frame import refusing
 from ..render import canvas
+from ..settings import check_choice, check_flag, check_step
+
+SPEEDS = ["0.5", "1", "2", "4"]  # the replay speeds offered (times the normal pace)
 
 
+@refusing
 def show_step(trace: Trace | None, step, ghost) -> str:
-    return canvas.render(trace, int(step or 0), bool(ghost))
+    return canvas.render(trace, check_step(step), check_flag("ghost", ghost))
 
 
+@refusing
 def scrub(trace: Trace | None, step, ghost) -> tuple:
     """The canvas at the scrubbed step; a replay in progress (a slow replay too) stops: the user took over."""
     return show_step(trace, step, ghost), gr.Timer(active=False)
@@ -27,11 +33,13 @@ TEACH_STEP_S = (0.15, 0.7)  # ... with each step shown between these bounds
 
 
 def play(speed) -> gr.Timer:
-    return gr.Timer(value=0.3 / float(speed or 1), active=True)
+    return gr.Timer(value=0.3 / float(check_choice("speed", speed, SPEEDS)), active=True)
 
 
+@refusing
 def teach(trace: Trace | None, slow, ghost) -> tuple:
     """After a run: replay it from step 0 at a teaching pace (when asked), so drafts and edits can be seen."""
+    slow, ghost = check_flag("replay slowly", slow), check_flag("ghost", ghost)
     if trace is None or not slow or trace.steps < 2:
         return gr.skip(), gr.skip(), gr.skip()
     pace = min(max(TEACH_SECONDS / trace.steps, TEACH_STEP_S[0]), TEACH_STEP_S[1])
@@ -42,30 +50,35 @@ def pause() -> gr.Timer:
     return gr.Timer(active=False)
 
 
+@refusing
 def start_play(trace: Trace | None, step, ghost, speed) -> tuple:
     """Start the replay timer (from step 0 when the scrubber sits at the end)."""
+    step, ghost, timer = check_step(step), check_flag("ghost", ghost), play(speed)
     if trace is None:
         return gr.skip(), gr.skip(), gr.skip()
-    k = 0 if int(step or 0) >= trace.steps else int(step or 0)
-    return canvas.render(trace, k, bool(ghost)), k, play(speed)
+    k = 0 if step >= trace.steps else step
+    return canvas.render(trace, k, ghost), k, timer
 
 
+@refusing
 def tick(trace: Trace | None, step, ghost) -> tuple:
     """One replay step forward; the timer stops at the last step."""
-    if trace is None or int(step or 0) >= trace.steps:
+    step, ghost = check_step(step), check_flag("ghost", ghost)
+    if trace is None or step >= trace.steps:
         return gr.skip(), gr.skip(), gr.Timer(active=False)
-    k = int(step or 0) + 1
-    return canvas.render(trace, k, bool(ghost)), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
+    k = step + 1
+    return canvas.render(trace, k, ghost), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
 
 
 def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tuple:
     """Jump to the next step that edited something (T2T or MBE); stay when there is none."""
-    k = canvas.next_edit_step(trace, step)
+    k = canvas.next_edit_step(trace, check_step(step))
     if k is None:
         return gr.skip(), gr.skip()
-    return canvas.render(trace, k, bool(ghost), elem_id=elem_id), k
+    return canvas.render(trace, k, check_flag("ghost", ghost), elem_id=elem_id), k
 
 
+@refusing
 def jump_to_edit(trace: Trace | None, step, ghost) -> tuple:
     """Next edit, stopping a replay in progress: (canvas, step, timer)."""
     return (*next_edit(trace, step, ghost), gr.Timer(active=False))

@@ -20,12 +20,12 @@ import gradio as gr
 
 from llada.trace import Trace
 
-from ..frame import Throttle, frame, problem
+from ..frame import Throttle, frame, problem, refusing
 from ..knows import knows, scope_hint
 from ..render import canvas, charts, tables
 from ..render.live import LiveCanvas, patch_value
 from ..runs import LiveRun, start
-from ..settings import Request, RunSettings, check_prompt, check_settings, presets_of
+from ..settings import Request, RunSettings, check_flag, check_prompt, check_settings, presets_of
 
 CANVAS_FPS, CHART_FPS = 15.0, 1.0
 STOP_WAIT_S = 3.0  # how long Stop waits for the cancelled run to close its engine
@@ -65,8 +65,9 @@ def widget_settings(presets: dict[str, dict], mode="S", tau_mask=None, edit=True
                     **rest) -> RunSettings:
     """The settings the playground's widgets mean (see the module docstring); InputError if one is bad."""
     custom = mode == "Custom"  # a named mode sets the thresholds; the sliders only show them
+    edit = check_flag("editing (T2T) on", edit)
     return check_settings(presets, mode, tau_mask=tau_mask if custom else None,
-                          tau_edit=tau_edit if custom else None, edit=bool(edit) or not custom, **rest)
+                          tau_edit=tau_edit if custom else None, edit=edit or not custom, **rest)
 
 
 # ---- the playground run -------------------------------------------------------------------------------
@@ -99,13 +100,13 @@ def generate_ui(models, prompt=None, model=None, ghost=False, **widgets):
     `widgets`: mode, tau_mask, edit, tau_edit, mbe, mbe_window, block_length, gen_length, max_post_steps,
     temperature, seed (see `widget_settings`); `model`: an offered model's path (None: the default)."""
     try:
-        prompt = check_prompt(prompt)
+        prompt, ghost, model = check_prompt(prompt), check_flag("ghost", ghost), models.checked_path(model)
         req = Request(prompt, widget_settings(presets_of(model or models.default), **widgets))
         run = start(models.get(model), req)
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
         yield cleared(problem(err).html)
         return
-    yield from _stream(run, bool(ghost), scope_hint(prompt, knows(model or models.default)))
+    yield from _stream(run, ghost, scope_hint(prompt, knows(model or models.default)))
 
 
 def _stream(run: LiveRun, ghost: bool, hint: str = ""):
@@ -127,8 +128,10 @@ def _stream(run: LiveRun, ghost: bool, hint: str = ""):
     yield final_frame(run.trace, ghost, error, hint)
 
 
+@refusing
 def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
     """After Stop: wait for the cancelled run to close, then show it whole, as stopped at its last forward."""
+    ghost = check_flag("ghost", ghost)
     if trace is None:
         return frame(RunFrame)
     deadline = time.monotonic() + STOP_WAIT_S
@@ -136,7 +139,7 @@ def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
         time.sleep(0.05)
     if trace.status == "running":  # the engine did not hand control back in time: say so, keep the trace
         trace.finish("stopped", "stopped by the user")
-    return final_frame(trace, bool(ghost))
+    return final_frame(trace, ghost)
 
 
 def partial_text(run: LiveRun) -> str:

@@ -13,8 +13,7 @@ import gradio as gr
 from ..render import canvas, tables
 from ..render.live import FOLLOW_JS, PATCHER_JS, canvas_script
 from . import controls
-
-SPEEDS = ["0.5", "1", "2", "4"]
+from .replay import SPEEDS
 
 
 def _canvas_box(html: str, elem_id: str) -> gr.HTML:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ..frame import DECODE, PRIVATE, REPLAY, Inputs
+from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
 from . import api, compare, controls, replay, view
 from .run import RunFrame, generate_ui, stopped_ui
@@ -30,13 +30,26 @@ def _preset_outputs(c: SimpleNamespace) -> list:
     return [getattr(c, name) for name in PRESET_OUTPUTS]
 
 
-def _wire_controls(c: SimpleNamespace) -> None:
-    c.mode.input(controls.apply_mode, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
+def _wire_controls(models: Models, c: SimpleNamespace) -> None:
+    @refusing
+    def mode_picked(path, mode):
+        return controls.apply_mode(models.checked_path(path), mode)
+
+    @refusing
+    def model_picked(path, mode):
+        path = models.checked_path(path) or models.default
+        return (controls.presets_note(path), controls.knows_note(path), gr.update(maximum=controls.gen_limit(path)),
+                *controls.apply_mode(path, mode))
+
+    c.mode.input(mode_picked, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
     for slider in (c.tau_mask, c.tau_edit, c.edit):
         slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
-    c.model.change(lambda path, mode: (controls.presets_note(path), controls.knows_note(path),
-                                       gr.update(maximum=controls.gen_limit(path)), *controls.apply_mode(path, mode)),
-                   [c.model, c.mode], [c.presets, c.knows, c.gen_length, *_preset_outputs(c)], **PRIVATE, **REPLAY)
+    c.model.change(model_picked, [c.model, c.mode], [c.presets, c.knows, c.gen_length, *_preset_outputs(c)],
+                   **PRIVATE, **REPLAY)
+
+
+def _inputs(c: SimpleNamespace, names) -> list:
+    return [getattr(c, name) for name in names]
 
 
 def _outputs(kind, parts: dict) -> list:
@@ -51,7 +64,7 @@ def _run_outputs(v: SimpleNamespace, trace) -> list:
     return _outputs(RunFrame, parts)
 
 
-def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, examples: gr.Examples) -> None:
+def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, examples: gr.Dataset) -> None:
     named = Inputs(**{name: getattr(c, name) for name in RUN_INPUTS})
 
     def slot(data: dict) -> int:
@@ -66,8 +79,10 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, exa
     replay_out = [v.canvas, v.step, v.timer]
     event = c.generate.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     event.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
-    example = examples.load_input_event.then(lambda path, mode: controls.apply_mode(path, mode, with_block=False),
-                                             [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
+    picked = examples.click(refusing(controls.example_values), [examples], _inputs(c, controls.EXAMPLE_INPUTS),
+                            **PRIVATE, **REPLAY)
+    example = picked.then(lambda path, mode: controls.apply_mode(models.checked_path(path), mode, with_block=False),
+                          [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
     example_run = example.then(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     example_run.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
     c.stop.click(None, None, None, cancels=[event, example_run]).then(
@@ -131,7 +146,7 @@ def build(models: Models, trace, pair) -> SimpleNamespace:
     with slot:
         examples = controls.example_list(c)
     cmp = view.compare_view()
-    _wire_controls(c)
+    _wire_controls(models, c)
     _wire_run(models, c, v, trace, examples)
     _wire_replay(c, v, trace)
     _wire_compare(models, c, cmp, v.error, pair)
