@@ -28,11 +28,13 @@ SERIES = {False: Style("MBE off", "#2563eb", {"symbol": "circle", "size": 9, "li
                        "dash"),
           True: Style("MBE on", "#d97706", {"symbol": "diamond-open", "size": 13, "line": {"width": 2}}, "dot")}
 PRESET_SYMBOL = "star"
-AXIS = {"gridcolor": "#e5e7eb", "zerolinecolor": "#cbd5e1", "linecolor": "#cbd5e1", "automargin": True}
-# a white card with dark text: readable on Gradio's light and dark themes alike; template "none" is cheap
+INK, GRID = "#8b93a1", "rgba(139, 147, 161, 0.3)"  # readable on white and on near-black
+AXIS = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
+# transparent, so the chart sits on the page's own background (light or dark); assets/style.css gives its text
+# the theme's ink; template "none" is cheap
 LAYOUT = {"margin": {"l": 56, "r": 16, "t": 48, "b": 48}, "height": 440, "template": "none",
-          "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "system-ui, sans-serif", "size": 12,
-                                                                       "color": "#1f2937"},
+          "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
+          "font": {"family": "system-ui, sans-serif", "size": 12, "color": INK},
           # a legend at the foot of the figure (not of the plot area) pushes the margin: it never meets the axis title
           "legend": {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "x": 0},
           "hovermode": "closest", "clickmode": "event"}
@@ -108,7 +110,7 @@ def _presets(points: list[Point]) -> dict:
     marked = [p for p in points if p.cell.preset]
     return {"type": "scatter", "mode": "markers+text", "name": "presets (S, Q, M2T)",
             "x": [p.tpf for p in marked], "y": [100 * p.accuracy for p in marked], "cliponaxis": False,
-            "text": preset_labels(marked), "textposition": "top center", "textfont": {"size": 12, "color": "#111827"},
+            "text": preset_labels(marked), "textposition": "top center", "textfont": {"size": 12, "color": INK},
             "customdata": [settings_of(p) for p in marked], "hovertext": [_hover(p) for p in marked],
             "hovertemplate": "%{hovertext}<extra>preset</extra>",
             "marker": {"symbol": PRESET_SYMBOL, "size": 16, "color": [SERIES[p.cell.mbe].colour for p in marked],
