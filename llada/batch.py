@@ -20,6 +20,8 @@ record (the shared forward, then the rule of the rows before it), the consumer's
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from typing import Iterator
 
 from .config import DecodeConfig
@@ -27,7 +29,7 @@ from .decode import BatchDecoder
 from .model import LLaDA2MoE
 from .trace import StepRecord, Trace
 
-__all__ = ["BatchDecoder", "check_configs", "decode_batch", "generate_batch"]
+__all__ = ["BatchDecoder", "RowStream", "RowStreams", "check_configs", "decode_batch", "generate_batch"]
 
 
 def decode_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
@@ -66,3 +68,78 @@ def check_configs(prompts, configs) -> list[DecodeConfig]:
     if len(configs) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(configs)} settings: give one DecodeConfig or one per prompt")
     return configs
+
+
+class RowStreams:
+    """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step.
+
+    A row's stream can be bounded (`llada.budget`) or closed on its own: closing it drops the row and the
+    other rows go on. Rows not being pulled queue their records meanwhile. Rows may be added at any time
+    and pulled from several threads (one lock around each step): a row added now joins the next step."""
+
+    def __init__(self, batch: BatchDecoder):
+        self.batch = batch
+        self.queues: dict[int, deque] = {}
+        self.closed: set[int] = set()  # rows whose stream was closed: their records are not kept
+        self.lock = threading.Lock()
+
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None) -> int:
+        """A new row (ValueError now when it does not fit); its index for `row` (`may_continue`: see
+        `BatchDecoder.add`)."""
+        with self.lock:
+            index = self.batch.add(prompt_ids, cfg, may_continue)
+            self.queues[index] = deque()
+            return index
+
+    def row(self, index: int) -> "RowStream":
+        """Row `index`'s records; a budget bounds it through `RowStream.limit`."""
+        return RowStream(self, index)
+
+    def records(self, index: int) -> Iterator[StepRecord]:
+        try:
+            while True:
+                record = self._next(index)
+                if record is None:
+                    return
+                yield record
+        finally:
+            with self.lock:
+                self.closed.add(index)
+                self.queues.pop(index, None)
+                if index not in self.batch.done:
+                    self.batch.drop(index)  # stopped early: the other rows go on
+
+    def _next(self, index: int) -> StepRecord | None:
+        with self.lock:
+            queue = self.queues.setdefault(index, deque())
+            while not queue and index not in self.batch.done:
+                for row, record in self.batch.step():
+                    if row not in self.closed:
+                        self.queues.setdefault(row, deque()).append(record)
+            return queue.popleft() if queue else None
+
+
+class RowStream:
+    """The records of one row of a `RowStreams`; `limit(may_continue)` lets a budget refuse its next forward."""
+
+    def __init__(self, streams: RowStreams, index: int):
+        self.streams, self.batch, self.index = streams, streams.batch, index
+        self._records = streams.records(index)
+
+    def __iter__(self) -> "RowStream":
+        return self
+
+    def __next__(self) -> StepRecord:
+        return next(self._records)
+
+    def close(self) -> None:
+        self._records.close()
+
+    def limit(self, may_continue) -> None:
+        with self.streams.lock:
+            self.batch.limit(self.index, may_continue)
+
+    @property
+    def refused(self) -> bool:
+        """The row was stopped because its budget refused it a forward."""
+        return self.index in self.batch.refused

@@ -9,9 +9,12 @@ its grid with one; both read the run's records through `Budget.bound`, so they a
 * a run that still has work when its budget is spent is *cut*: `Bounded.cut` says why, and its records
   stop at the budget (a run is never given a forward more than it may have).
 
-The engine's generator runs a forward when it is pulled, and only it knows whether one more is needed,
-so the rule is kept by pulling once more at the edge: a finished engine ends at once (no forward), an
-unfinished one hands over the record of a forward the run may not have, which is dropped uncounted.
+Only the engine knows whether a run needs one more forward, so the budget is asked inside it: the
+engine's stream (`llada.decode.Stream`, or any with a `limit` method) asks `Bounded.may_continue` before
+each forward, and a refused run stops before that forward is computed. A run that needs no more is
+never asked, so it ends done. A stream that cannot be asked is pulled once more at the edge instead: a
+finished engine ends at once (no forward), an unfinished one hands over the record of a forward the run
+may not have, which is dropped uncounted (that forward was computed for nothing).
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class Budget:
             return f"budget reached: {self.seconds:g} s of wall time per request"
         return ""
 
+    def allows(self, forwards: int) -> bool:
+        """May a run that has had `forwards` forwards start one more, by their number alone? (The engine's
+        question for a row queued before its consumer bounds it: `BatchDecoder.add(..., may_continue=)`.)"""
+        return forwards < self.forwards
+
     def bound(self, records: Iterator[StepRecord], clock: Callable[[], float] = time.monotonic) -> "Bounded":
         """`records` (one per forward) within this budget; the clock starts now."""
         return Bounded(records, self, clock)
@@ -62,7 +70,18 @@ class Bounded:
         self.started = clock()
         self.forwards = 0
         self.cut = ""
+        self.refused = ""  # why the engine was refused a forward ("" while it was not)
+        limit = getattr(records, "limit", None)
+        if limit is not None:
+            limit(self.may_continue)
         self._gen = self._run()
+
+    def may_continue(self, forwards: int) -> bool:
+        """The engine's question before a forward, with the forwards the run has had: may it start one more?
+
+        The first forward is never refused (a budget allows at least one, whatever its clock says)."""
+        self.refused = self.budget.spent(forwards, self.clock() - self.started) if forwards else ""
+        return not self.refused
 
     def __iter__(self) -> "Bounded":
         return self
@@ -84,7 +103,8 @@ class Bounded:
                 self.forwards += 1
                 yield record
                 self.cut = self.budget.spent(self.forwards, self.clock() - self.started)
-            self.cut = ""  # the engine ended on its last allowed forward: done
+            refused_before = getattr(self.records, "refused", False) and not self.refused  # by `allows`, unbound
+            self.cut = self.refused or (self.cut if refused_before else "")  # "": the engine ended on its own
         finally:
             close = getattr(self.records, "close", None)
             if close is not None:

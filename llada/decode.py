@@ -15,7 +15,11 @@ The loop of one run (`loop`) is a generator that asks for each forward (`Forward
 logits; `BatchDecoder` drives the loops of many runs (rows) so that one row-batched model call serves
 them all (`llada.batch`: every row's trace is bit for bit its trace alone). A run alone is a batch of one.
 
-`decode()` checks its inputs before it returns the generator (one `try` around the call is enough);
+A row may carry a budget's question (`may_continue(forwards)`, asked with the forwards the row has had
+before each forward it asks for, `llada.budget`): a row refused is stopped before that forward runs, so
+no forward past a budget is ever computed; a row that needs no more forwards is never asked about.
+
+`decode()` checks its inputs before it returns the run's `Stream` (one `try` around the call is enough);
 `generate()` drains it into a `Trace`. Inference mode is entered per forward, never across a `yield`,
 so a run can be stepped from any thread and interleaved with another.
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, NamedTuple
+from typing import Callable, Generator, Iterator, NamedTuple
 
 import torch
 
@@ -106,6 +110,7 @@ def run_forwards(runs: list[_Run], asks: list[Forward]) -> list[torch.Tensor | N
 
 
 Loop = Generator["Forward | StepRecord", "torch.Tensor | None", None]  # yields asks and records, is sent logits
+MayContinue = Callable[[int], bool]  # forwards the row has had -> may it have one more?
 
 
 def _fill_cache(run: _Run, upto: int, phase: str, block: int) -> Loop:
@@ -190,6 +195,8 @@ class _Row:
     loop: Loop
     ask: Forward | None = None  # the forward this row waits for
     started: bool = False
+    forwards: int = 0  # forwards run for this row (decode and cache)
+    may_continue: MayContinue | None = None  # a budget's question before each forward (None: no bound)
 
 
 @dataclass
@@ -204,6 +211,7 @@ class BatchDecoder:
     waiting: deque = field(default_factory=deque)
     active: list[_Row] = field(default_factory=list)
     done: list[int] = field(default_factory=list)  # rows finished so far, in order
+    refused: set[int] = field(default_factory=set)  # rows stopped because their budget refused a forward
     rows: int = 0  # rows added so far (the next row's index)
 
     def __post_init__(self) -> None:
@@ -213,15 +221,23 @@ class BatchDecoder:
         if self.forward in ("static", "graph") and self.max_batch != 1:
             raise ValueError(f"forward={self.forward!r} decodes one run at a time: use max_batch=1 or 'dynamic'")
 
-    def add(self, prompt_ids: list[int], cfg: DecodeConfig) -> int:
-        """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit."""
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue: MayContinue | None = None) -> int:
+        """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit.
+
+        `may_continue(forwards)` is asked before each forward of the row (see `limit`)."""
         check_prompt(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
         forward = self.forward if self.max_batch == 1 or self.forward != "auto" else "dynamic"
         resolve_forward(forward, self.model, cfg)
         run = _Run(self.model, [int(t) for t in prompt_ids], cfg, self.mask_id, self.eos_id, forward)
         index, self.rows = self.rows, self.rows + 1
-        self.waiting.append(_Row(index, run, loop(run)))
+        self.waiting.append(_Row(index, run, loop(run), may_continue=may_continue))
         return index
+
+    def limit(self, index: int, may_continue: MayContinue | None) -> None:
+        """Ask `may_continue(forwards)` before each further forward of row `index`; False stops the row there."""
+        for row in (*self.active, *self.waiting):
+            if row.index == index:
+                row.may_continue = may_continue
 
     def drop(self, index: int) -> None:
         """Stop a row now (a waiting one never starts); its records so far stay valid."""
@@ -251,10 +267,14 @@ class BatchDecoder:
             row.run.resumed = now
             self.active.append(row)
             self._advance([row], out)
+        for row in [r for r in self.active if r.may_continue is not None and not r.may_continue(r.forwards)]:
+            self.refused.add(row.index)
+            self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active])
             for row, rows_logits in zip(self.active, logits):
                 row.ask = None
+                row.forwards += 1
                 out.append((row.index, row.loop.send(rows_logits)))  # the record of that forward
         return out
 
@@ -279,19 +299,51 @@ class BatchDecoder:
             yield from self.step()
 
 
+class Stream:
+    """The records of one run (decode and cache forwards), a batch of one (`BatchDecoder`).
+
+    `limit(may_continue)` bounds it (a budget's question before each forward); `close()` stops the run."""
+
+    def __init__(self, batch: BatchDecoder, index: int):
+        self.batch, self.index = batch, index
+        self.pending: deque[StepRecord] = deque()
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> StepRecord:
+        while not self.pending:
+            if self.batch.finished:
+                raise StopIteration
+            self.pending.extend(record for _, record in self.batch.step())
+        return self.pending.popleft()
+
+    def limit(self, may_continue: MayContinue | None) -> None:
+        self.batch.limit(self.index, may_continue)
+
+    def close(self) -> None:
+        self.batch.drop(self.index)
+        self.pending.clear()
+
+    @property
+    def refused(self) -> bool:
+        """The run was stopped because its budget refused it a forward."""
+        return self.index in self.batch.refused
+
+    @property
+    def closed(self) -> bool:
+        """The run is over (ended, stopped or refused a forward) and every record was taken."""
+        return self.batch.finished and not self.pending
+
+
 def decode(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int,
-           eos_id: int, forward: str = "auto") -> Iterator[StepRecord]:
-    """Check the inputs now, then return the generator of the run's records (decode and cache forwards).
+           eos_id: int, forward: str = "auto", may_continue: MayContinue | None = None) -> Stream:
+    """Check the inputs now, then return the run's records as a `Stream` (started on the first pull).
 
-    A batch of one (`BatchDecoder`, which shares forwards between rows)."""
+    `may_continue(forwards)` is asked before each forward (a budget: False stops the run before it)."""
     batch = BatchDecoder(model, mask_id, eos_id, max_batch=1, forward=forward)
-    batch.add(prompt_ids, cfg)
-
-    def run() -> Iterator[StepRecord]:
-        for _, record in batch:
-            yield record
-
-    return run()
+    batch.add(prompt_ids, cfg, may_continue)
+    return Stream(batch, 0)
 
 
 def check_prompt(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int) -> None:

@@ -46,10 +46,7 @@ class EngineReport:
     engine: str  # "fast" or "reference": what the model runs now
     reason: str  # one line
     checks: list[dict] = field(default_factory=list)  # per M: experts_rel_rmse, router_agreement, ok
-
-    @property
-    def fell_back(self) -> bool:
-        return self.requested != "reference" and self.engine == "reference" and bool(self.checks)
+    fell_back: bool = False  # a CUDA model that could have run the fast engine runs the reference
 
     def line(self) -> str:
         return f"engine: {self.engine} ({self.reason})"
@@ -173,7 +170,8 @@ def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True) -> En
         raise EngineError(why_not)
     if why_not or (engine == "auto" and not _on_cuda(model)):
         to_reference(model)
-        return EngineReport(engine, "reference", why_not or f"the model is on {model.device}")
+        return EngineReport(engine, "reference", why_not or f"the model is on {model.device}",
+                            fell_back=bool(why_not) and _on_cuda(model))
     to_fast(model)
     if not check:
         return EngineReport(engine, "fast", "not self-checked")
@@ -201,4 +199,4 @@ def _checked(model: LLaDA2MoE, engine: str) -> EngineReport:
     if engine == "fast":
         raise EngineError(f"the fast engine failed its self-check ({detail})")
     return EngineReport(engine, "reference", f"the fast engine failed its self-check ({detail}); "
-                                             "running the PyTorch reference", checks)
+                                             "running the PyTorch reference", checks, fell_back=True)

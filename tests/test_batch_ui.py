@@ -64,3 +64,23 @@ def test_compare_shares_one_batch(models):
     for mode in ("S", "Q"):
         alone = drain(start(pipe, check_request(pipe.presets, PROMPT, mode, block_length=8, gen_length=16)))
         assert _records(runs[mode].trace) == _records(alone)
+
+
+def test_sessions_on_one_model_share_forwards_from_their_own_threads(models, monkeypatch):
+    """Two visitors' runs, each pulled by its own worker thread: fewer model calls, each trace as alone."""
+    import threading
+
+    pipe = models.get(None)
+    reqs = _requests(pipe, gen_length=24)
+    alone = {mode: drain(start(pipe, req)) for mode, req in reqs.items()}
+    real, calls = pipe.model.forward_rows, []
+    monkeypatch.setattr(pipe.model, "forward_rows", lambda rows: calls.append(len(rows)) or real(rows))
+    runs = {mode: start(pipe, req) for mode, req in reqs.items()}  # all join the model's step scheduler
+    threads = [threading.Thread(target=drain, args=(run,)) for run in runs.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    for mode, run in runs.items():
+        assert run.trace.status == "done" and _records(run.trace) == _records(alone[mode]), mode
+    assert max(calls) > 1 and len(calls) < sum(t.forwards for t in alone.values())

@@ -3,7 +3,7 @@ at its budget (never given a forward more), in the playground and in a sweep ali
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -11,7 +11,7 @@ from llada.budget import Budget
 from llada.eval import sweep as sw
 from llada.data.tasks import Item
 from llada.pipeline import Pipeline
-from ui.runs import drain, start
+from ui.runs import BUDGET, drain, start
 from ui.settings import check_request
 
 PROMPT = "def add(a, b):"
@@ -49,7 +49,7 @@ def test_the_edge_rule(needed, allowed, kept, cut):
     assert state["closed"]
     if cut:
         assert bounded.cut == f"budget reached: {allowed:,} forwards (at most {allowed:,} per run)"
-        assert state["ran"] == allowed + 1  # the engine is pulled once more only to learn that it needs more
+        assert state["ran"] == allowed + 1  # a stream that cannot be asked is pulled once more at the edge
 
 
 def test_the_wall_clock_cuts_a_run():
@@ -119,3 +119,85 @@ def test_a_cut_sweep_item_counts_as_wrong(pipe):
     tally, cut = sw.score(pipe, item, cfg, Budget(forwards=n - 1, seconds=600))
     assert (cut, tally.correct, tally.items) == (True, 0, 1)
     assert tally.forwards == n - 1  # never a forward past the budget in its counts
+
+
+# ---- the engine is asked before each forward: at the budget no forward is computed for nothing ---------------
+
+@pytest.fixture
+def calls(pipe, monkeypatch):
+    """How many times the model computed a forward (every decode and cache forward is one call)."""
+    count = {"n": 0}
+    real = pipe.model.forward_rows
+
+    def counted(*args, **kwargs):
+        count["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipe.model, "forward_rows", counted)
+    return count
+
+
+def long_config(pipe):
+    """Q on a long output: hundreds of forwards on the tiny model (more than the sweep's budget allows)."""
+    return pipe.config("Q", block_length=8, gen_length=320)
+
+
+def test_the_playground_budget_computes_exactly_its_forwards(pipe, calls):
+    req = check_request(pipe.presets, PROMPT, "S", block_length=8, gen_length=16)
+    calls["n"] = 0
+    n = forwards_needed(pipe)
+    assert calls["n"] == n  # one model call per forward of a run alone
+    for allowed in (1, 2, n - 1, n, n + 5):
+        calls["n"] = 0
+        trace = drain(start(pipe, req, replace(BUDGET, forwards=allowed, seconds=600)))
+        assert calls["n"] == trace.forwards == min(allowed, n), allowed
+        assert trace.status == ("done" if allowed >= n else "stopped")
+        assert bool(trace.note) is (allowed < n)
+
+
+def test_the_sweeps_budget_computes_exactly_its_forwards(pipe, calls):
+    cfg = long_config(pipe)
+    budget = replace(sw.DECODE_BUDGET, seconds=600)  # its forwards, whatever the machine's speed
+    item = AlwaysRight("add", PROMPT, "")
+    tally, cut = sw.score(pipe, item, cfg, budget)
+    assert cut and tally.forwards == budget.forwards and calls["n"] == budget.forwards
+
+
+def test_a_refused_run_keeps_the_records_of_its_allowed_forwards(pipe):
+    cfg = pipe.config("S", block_length=8, gen_length=16)
+    ids = pipe.encode(PROMPT)
+    whole = pipe.generate(ids, cfg)
+    for allowed in (1, whole.forwards - 1):
+        trace = pipe.new_trace(ids, cfg)
+        bounded = Budget(forwards=allowed, seconds=600).bound(pipe.stream(ids, cfg))
+        list(trace.follow(bounded))
+        assert bounded.cut and bounded.refused == bounded.cut
+        timeless = lambda records: [replace(r, seconds=0.0) for r in records]  # noqa: E731
+        assert timeless(trace.records) == timeless(whole.records[:allowed])  # the same run, cut at its budget
+
+
+def test_a_batched_sweep_computes_no_forward_past_a_decodes_budget(pipe, monkeypatch):
+    """The sweep decodes a cell's items as rows of one batch: each row stops at its own budget, its forward
+    never computed (rows counted in the model's row-batched calls)."""
+    rows = {"n": 0}
+    real = pipe.model.forward_rows
+
+    def counted(batch_rows, *args, **kwargs):
+        rows["n"] += len(batch_rows)
+        return real(batch_rows, *args, **kwargs)
+
+    monkeypatch.setattr(pipe.model, "forward_rows", counted)
+    monkeypatch.setattr(sw, "BATCH", 3)
+    spec = sw.SweepSpec((0.9,), (0.0,), (False,), (), ("add", "sort"), 3, 0, "eval", 8, 24)
+    (cell,) = spec.cells(pipe.presets)
+    cfg = cell.config(pipe, spec.gen_length)
+    rows["n"] = 0
+    needed = [pipe.generate(pipe.encode(it.prompt), cfg).forwards for items in spec.items().values() for it in items]
+    assert rows["n"] == sum(needed) and max(needed) > 2
+    for allowed in (1, 2, max(needed)):
+        rows["n"] = 0
+        last = list(sw.sweep(pipe, spec, budget=Budget(forwards=allowed, seconds=600)))[-1]
+        (point,) = last.points
+        assert last.status == "done" and point.cut == sum(n > allowed for n in needed)
+        warm_up = needed[0]  # the sweep first decodes its first item once, unbounded and untimed
+        assert rows["n"] == warm_up + sum(min(n, allowed) for n in needed), allowed

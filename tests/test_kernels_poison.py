@@ -1,5 +1,9 @@
 """Out-of-bounds reads fail loudly: every kernel input is a view into a buffer poisoned past its ends.
 
+Two nets. Under Triton's CPU interpreter every unmasked load and store is also checked address by
+address against the elements of the launch's tensor arguments (views, not their buffers): a read of
+a poisoned pad fails even where the value read would be multiplied by a masked zero (`bounds`).
+
 A tile that reads one element past a row, a column or an expert without its mask usually goes
 unnoticed: the element read is a neighbour's value (or zero-padded garbage) and it meets a masked
 zero on the other side of the dot product. Here each input tensor lives inside a larger buffer
@@ -11,6 +15,7 @@ PyTorch reference computed on clean, contiguous tensors. A missing mask or a wro
 output non-finite or wrong here (README, "Poison tests": a planted missing mask is caught).
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,6 +28,50 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 POISONS = {"nan": float("nan"), "huge": 1e30}
 FP8_POISON = {"nan": 0x7F, "huge": 0x7E}  # e4m3fn NaN, and 448 (its largest finite value)
 PAD = 128  # one whole K step past the end of every row: an unmasked partial step reads only poison
+
+
+@pytest.fixture(autouse=True)
+def bounds(monkeypatch):
+    """Fail any interpreted load or store of an address that is not an element of one of the launch's
+    tensor arguments (each view's own elements: the poisoned pads around them do not count)."""
+    if torch.cuda.is_available():
+        yield  # compiled kernels: the poison values are the only net
+        return
+    from triton.runtime import interpreter as interp
+
+    valid = {"addresses": np.empty(0, dtype=np.uint64)}
+    init_args = interp.GridExecutor._init_args_hst
+
+    def init_args_checked(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+        tensors = [a for a in [*args_hst, *kwargs_hst.values()] if isinstance(a, torch.Tensor)]
+        valid["addresses"] = np.unique(np.concatenate([element_addresses(t) for t in tensors] or [[]])).astype(np.uint64)
+        return args_hst, kwargs_hst
+
+    def checked(access):
+        def run(self, ptrs, *rest):
+            mask = rest[1] if access.__name__ == "create_masked_store" else rest[0]
+            wanted = ptrs.data[mask.data.astype(bool)].astype(np.uint64).ravel()
+            known = valid["addresses"]
+            at = np.clip(np.searchsorted(known, wanted), 0, max(len(known) - 1, 0))
+            outside = wanted[known[at] != wanted] if len(known) else wanted
+            assert not len(outside), f"{access.__name__}: {len(outside)} address(es) outside every argument"
+            return access(self, ptrs, *rest)
+        return run
+
+    monkeypatch.setattr(interp.GridExecutor, "_init_args_hst", init_args_checked)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load", checked(interp.InterpreterBuilder.create_masked_load))
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_store",
+                        checked(interp.InterpreterBuilder.create_masked_store))
+    yield
+
+
+def element_addresses(t: torch.Tensor) -> np.ndarray:
+    """The byte address of every element of the view `t`."""
+    offsets = np.zeros((), dtype=np.int64)
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = offsets[..., None] + np.arange(size, dtype=np.int64) * stride
+    return (t.data_ptr() + offsets.ravel() * t.element_size()).astype(np.uint64)
 
 
 def poisoned(t: torch.Tensor, poison: str, pad_rows: int = 16) -> torch.Tensor:
@@ -145,3 +194,24 @@ def test_fp8_linear(poison, M):
     y = kernels.fp8_linear(poisoned(x, poison), poisoned(q, poison), poisoned(s, poison), impl="triton").cpu()
     assert torch.isfinite(y).all(), "a poisoned element was read"
     assert rel_rmse(y, reference.fp8_linear(x, q, s)) < 1e-5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the address check is the interpreter's")
+def test_the_address_check_catches_a_read_one_past_the_end():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def shifted_copy(x_ptr, y_ptr, N, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        if MASKED:
+            v = tl.load(x_ptr + i + 1, mask=i + 1 < N, other=0.0)
+        else:
+            v = tl.load(x_ptr + i + 1, mask=i < N, other=0.0)  # the last lane reads x[N]: one past the end
+        tl.store(y_ptr + i, v, mask=i < N)
+
+    x, y = poisoned(torch.arange(7.0), "huge"), torch.zeros(7)  # x[7] exists in memory: the poisoned pad
+    shifted_copy[(1,)](x, y, 7, BLOCK=8, MASKED=True)
+    assert y.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0]
+    with pytest.raises(Exception, match="outside every argument"):
+        shifted_copy[(1,)](x, y, 7, BLOCK=8, MASKED=False)

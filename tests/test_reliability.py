@@ -128,22 +128,22 @@ def test_compare_thirty_times_without_a_failure(client):
 
 
 def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app, monkeypatch):
-    monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=600, seconds=8.0))  # the app reads it per request
+    # the budget's forwards bound the long run (its clock is far away): nothing here depends on the machine's speed
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=600, seconds=3600.0))  # the app reads it per request
     t0 = time.monotonic()
     big = client.submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, api_name="/generate")  # 1 token per forward
-    while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 120:
+    while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 300:
         time.sleep(0.05)
     short_client = gradio_client.Client(app, verbose=False)
-    t1 = time.monotonic()
-    short_client.predict(*OK, api_name="/generate")
-    short = time.monotonic() - t1
-    _, stats = big.result(timeout=120)
-    total = time.monotonic() - t0
-    print(f"\nmaximal request: {stats['forwards']} forwards, {stats['status']} ({stats['note']}) in {total:.1f} s; "
-          f"a short request beside it took {short:.2f} s")
-    assert stats["status"] == "stopped" and stats["note"].startswith("budget reached")
-    assert stats["forwards"] <= 600 and total < 8.0 + 60  # the budget, plus start-up and a loaded machine
-    assert short < 8.0  # it ran beside the long one, not after it
+    _, short = short_client.predict(*OK, api_name="/generate")
+    big_was_running = not big.done()  # the short request ran beside the long one, not after it
+    _, stats = big.result(timeout=600)
+    print(f"\nmaximal request: {stats['forwards']} forwards, {stats['status']} ({stats['note']}); a short request "
+          f"of {short['forwards']} forwards finished while it was {'running' if big_was_running else 'already done'}")
+    assert stats["status"] == "stopped" and stats["forwards"] == 600
+    assert stats["note"] == "budget reached: 600 forwards (at most 600 per run)"
+    assert short["status"] == "done" and short["forwards"] < 600
+    assert big_was_running
 
 
 def test_a_dropped_client_stops_its_decode(app, monkeypatch):

@@ -33,9 +33,9 @@ def run(pipe, spec, cache=None, **kw) -> list[sw.Progress]:
 
 
 def counting(monkeypatch, pipe) -> list:
-    """Count the decodes a sweep starts (each one streams once)."""
-    calls, stream = [], pipe.stream
-    monkeypatch.setattr(pipe, "stream", lambda ids, cfg: calls.append(cfg) or stream(ids, cfg))
+    """Count the decodes a sweep runs (each one a row of a batch, streamed once)."""
+    calls, row = [], sw.RowStreams.row
+    monkeypatch.setattr(sw.RowStreams, "row", lambda self, index: calls.append(index) or row(self, index))
     return calls
 
 

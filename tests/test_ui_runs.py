@@ -53,17 +53,15 @@ def test_ui_handler_streams_named_frames_and_a_final_state(models):
     assert f'data-steps="{trace.steps}"' in last.canvas and len(last.edit_log) == trace.edits + trace.mbe_edits
 
 
-def test_closing_the_handler_stops_the_engine(models, monkeypatch):
+def test_closing_the_handler_stops_the_engine(models):
     pipe = models.get(None)
-    engines = []
-    real = pipe.stream
-    monkeypatch.setattr(pipe, "stream", lambda *a: engines.append(real(*a)) or engines[-1])
     run = _ui(models, mode="S", gen_length=64)
     first = next(run)
     next(run)  # the engine has started
     run.close()  # what Gradio does when a tab closes or Stop is pressed
-    engine = engines[0]
-    assert engine.gi_frame is None and next(engine, None) is None  # the decode generator is finished
+    batch = runs.scheduler(pipe).batch  # the model's step scheduler, where the run was a row
+    row = batch.rows - 1
+    assert row in batch.done and all(r.index != row for r in batch.active)  # its decode loop is closed
     assert first.trace.status == "stopped" and first.trace.steps < 64
 
 
@@ -115,14 +113,15 @@ def test_model_dirs_from_cli_and_env(tmp_path):
 
 def test_a_failure_mid_run_reaches_the_user_as_a_message(models, monkeypatch):
     pipe = models.get(None)
-    real = pipe.stream
+    real, calls = pipe.model.forward_rows, []
 
-    def failing(*args):
-        stream = real(*args)
-        yield next(stream)
-        raise RuntimeError("the accelerator went away")
+    def failing(rows):  # the model call of the run's second step fails
+        calls.append(rows)
+        if len(calls) > 1:
+            raise RuntimeError("the accelerator went away")
+        return real(rows)
 
-    monkeypatch.setattr(pipe, "stream", failing)
+    monkeypatch.setattr(pipe.model, "forward_rows", failing)
     frames = list(_ui(models))
     last = frames[-1]
     assert "Error:" in last.error and "RuntimeError: the accelerator went away" in last.error

@@ -3,9 +3,10 @@
 `start` turns a request into a `LiveRun`: the engine's Trace and the iterator of its records (the
 engine runs as the iterator is pulled), bounded by a `Budget` of forwards and wall time (`llada.budget`:
 a run that ends on its last allowed forward is done; one that needs more stops there, its partial trace
-kept and its note saying why). `start_batch` starts several runs on one model that share every forward
-(one row-batched model call per step; each trace is the one its run gets alone, each run keeps its own
-budget and Stop). `interleave` steps several runs forward by forward, so S and Q share one timeline.
+kept and its note saying why). On the CPU, `start` adds the run to its model's step scheduler: the runs
+of all sessions on one model share every forward (one row-batched model call per step; each trace is
+the one its run gets alone; each run keeps its own budget and Stop). `start_batch` does the same for
+the runs of one request (Compare). `interleave` steps several runs forward by forward, so S and Q share one timeline.
 `active_runs()` counts the runs whose engine is still open.
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
 from llada.budget import Budget
+from llada.batch import RowStreams
 from llada.decode import BatchDecoder
 from llada.trace import StepRecord, Trace
 
@@ -26,6 +27,7 @@ from .settings import InputError, Request
 BUDGET = Budget()  # what one request may cost (tests and deployments replace it; read at each request)
 _LIVE: "weakref.WeakSet[LiveRun]" = weakref.WeakSet()  # runs whose engine is still open
 _LIVE_LOCK = threading.Lock()
+_SCHEDULERS: dict[int, tuple] = {}  # id(pipe) -> (pipe, its RowStreams): one step scheduler per loaded model
 
 
 def active_runs() -> int:
@@ -66,12 +68,18 @@ def _budgeted(stream: Iterator[StepRecord], trace: Trace, budget: Budget) -> Ite
 def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     """A new run of `req` (InputError when the prompt and lengths do not fit the model); starts on first pull.
 
-    `budget` defaults to the module's `BUDGET`, read at each call."""
+    On the CPU the runs of one model share forwards through its step scheduler (`scheduler`): a run joins
+    the next step of the runs in flight, its trace the one it gets alone. `budget` defaults to the
+    module's `BUDGET`, read at each call."""
     budget = budget or BUDGET
     cfg = req.settings.config
     ids = pipe.encode(req.prompt)
     try:
-        stream = pipe.stream(ids, cfg)  # checks the settings and the prompt now
+        if pipe.model.device.type == "cpu":
+            streams = scheduler(pipe)
+            stream = streams.row(streams.add(ids, cfg, budget.allows))  # checks the settings and the prompt now
+        else:  # a lone run keeps the GPU's own forward path (CUDA graphs)
+            stream = pipe.stream(ids, cfg)
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.settings.mode)
@@ -81,48 +89,36 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     return run
 
 
+def scheduler(pipe) -> RowStreams:
+    """The step scheduler of a loaded model: one BatchDecoder whose rows are the runs of every session."""
+    with _LIVE_LOCK:
+        kept = _SCHEDULERS.get(id(pipe))
+        if kept is None or kept[0] is not pipe:
+            kept = _SCHEDULERS[id(pipe)] = (pipe, RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id)))
+        return kept[1]
+
+
 def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) -> dict[str, LiveRun]:
     """Runs of `reqs` on one model sharing every forward (InputError when one does not fit); start on first pull.
 
     Each run's records come from one `BatchDecoder`; each keeps its own budget, and closing one (Stop, its
-    budget) drops its row while the others go on."""
+    budget) drops its row while the others go on. On a GPU the runs stay apart (`start`)."""
     budget = budget or BUDGET
-    batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id)
-    traces = {}
+    if pipe.model.device.type != "cpu":  # lone runs keep the GPU's own forward path (CUDA graphs)
+        return {label: start(pipe, req, budget) for label, req in reqs.items()}
+    shared = RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id))
+    runs = {}
     for label, req in reqs.items():
         ids = pipe.encode(req.prompt)
         try:
-            batch.add(ids, req.settings.config)  # checks the settings and the prompt now
+            row = shared.add(ids, req.settings.config, budget.allows)  # checks the settings and the prompt now
         except ValueError as err:
             raise InputError(str(err)) from None
-        traces[label] = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
-    shared = _SharedBatch(batch)
-    runs = {label: LiveRun(pipe, trace, _budgeted(shared.row(i), trace, budget))
-            for i, (label, trace) in enumerate(traces.items())}
+        trace = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
+        runs[label] = LiveRun(pipe, trace, _budgeted(shared.row(row), trace, budget))
     with _LIVE_LOCK:
         _LIVE.update(runs.values())
     return runs
-
-
-class _SharedBatch:
-    """One BatchDecoder read as one record stream per row: pulling a row with nothing queued runs a step."""
-
-    def __init__(self, batch: BatchDecoder):
-        self.batch = batch
-        self.queues: dict[int, deque] = {}
-
-    def row(self, index: int) -> Iterator[StepRecord]:
-        queue = self.queues.setdefault(index, deque())
-        try:
-            while queue or index not in self.batch.done:
-                if queue:
-                    yield queue.popleft()
-                    continue
-                for row, record in self.batch.step():
-                    self.queues.setdefault(row, deque()).append(record)
-        finally:
-            if index not in self.batch.done:
-                self.batch.drop(index)  # stopped early: the other rows go on
 
 
 def drain(run: LiveRun) -> Trace:

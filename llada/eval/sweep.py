@@ -10,7 +10,8 @@ other cell beats on both accuracy and TPF. Every cell decodes the same held-out 
 with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
 add them up): accuracy is the mean of the per-task accuracies, TPF generated tokens over all forwards
-(cache refreshes included).
+(cache refreshes included). A cell's decodes run `BATCH` at a time, sharing forwards (`llada.batch`):
+each decode's trace is the one it gets alone, so a point does not depend on the batch.
 
 `sweep(pipe, spec)` is a generator of `Progress`, one after every decode and one with the `Point` of
 each cell as it completes, so a caller can draw the chart as it grows, stop at any time or bound the time
@@ -29,7 +30,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Iterator, NamedTuple
 
+from ..batch import RowStreams
 from ..budget import Budget
+from ..decode import BatchDecoder
 from .sweep_cache import SweepCache
 from .humaneval_task import HumanEvalItem
 from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, TASK_SETS, Cell, Point, SweepSpec, pareto_front, point_of
@@ -40,16 +43,25 @@ from .sweep_report import format_table, to_csv, to_json
 __all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]
 MAX_DECODES = 20_000  # cells x tasks x items of one sweep (~25 min of the shipped model on one CPU thread)
 DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
+BATCH = 16  # a cell's decodes run this many at a time, sharing forwards (the same traces as one by one)
 
 
 def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
     """Decode one item within `budget`; its tally and whether the budget cut it (a cut item counts wrong)."""
-    if isinstance(item, HumanEvalItem):  # EvalPlus's prompt for this model, and room to write a program
-        item, ids, cfg = item.prepare(pipe, cfg)
-    else:
-        ids = pipe.encode(item.prompt)
+    item, ids, cfg = _prepared(pipe, item, cfg)
     trace = pipe.new_trace(ids, cfg)
-    bounded = budget.bound(pipe.stream(ids, cfg))
+    return _tally(pipe, item, trace, budget.bound(pipe.stream(ids, cfg)))
+
+
+def _prepared(pipe, item: Item, cfg) -> tuple[Item, list[int], object]:
+    """The item, its prompt's ids and its settings (a HumanEval item: EvalPlus's prompt, room to write)."""
+    if isinstance(item, HumanEvalItem):
+        return item.prepare(pipe, cfg)
+    return item, pipe.encode(item.prompt), cfg
+
+
+def _tally(pipe, item: Item, trace, bounded) -> tuple[Tally, bool]:
+    """Run a bounded decode into `trace`; its tally and whether the budget cut it (a cut item counts wrong)."""
     for _ in trace.follow(bounded):
         pass
     cut = bool(bounded.cut)
@@ -143,20 +155,29 @@ class _State:
 
 def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, budget: Budget,
              state: _State, max_seconds: float | None):
-    """Decode every item of one cell, yielding progress after each; returns its Point (None: out of time)."""
+    """Decode every item of one cell, `BATCH` at a time sharing forwards (each decode as alone), yielding
+    progress after each; returns its Point (None: out of time).
+
+    Each decode keeps its own budget; its seconds are the engine time of the steps it took part in."""
     cfg = cell.config(pipe, spec.gen_length)
-    tallies, cut = {}, 0
-    for task, task_items in items.items():
-        tallies[task] = Tally()
-        for item in task_items:
-            if max_seconds is not None and time.monotonic() - state.started > max_seconds:
-                state.decoded -= sum(t.items for t in tallies.values())  # this cell's decodes are dropped
-                return None
-            tally, was_cut = score(pipe, item, cfg, budget)
-            tallies[task].add(tally)
-            cut += was_cut
-            state.decoded += 1
-            yield state.update()
+    jobs = [(task, *_prepared(pipe, item, cfg)) for task, task_items in items.items() for item in task_items]
+    batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH)
+    for _, _, ids, row_cfg in jobs:
+        batch.add(ids, row_cfg, may_continue=budget.allows)  # no row computes a forward past its budget
+    streams = RowStreams(batch)
+    tallies, cut = {task: Tally() for task in items}, 0
+    for index, (task, item, ids, row_cfg) in enumerate(jobs):
+        if max_seconds is not None and time.monotonic() - state.started > max_seconds:
+            state.decoded -= index  # this cell's decodes are dropped
+            for rest in range(index, len(jobs)):
+                batch.drop(rest)
+            return None
+        trace = pipe.new_trace(ids, row_cfg)
+        tally, was_cut = _tally(pipe, item, trace, budget.bound(streams.row(index), clock=lambda t=trace: t.seconds))
+        tallies[task].add(tally)
+        cut += was_cut
+        state.decoded += 1
+        yield state.update()
     return point_of(cell, tallies, cut)
 
 

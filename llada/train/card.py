@@ -52,6 +52,7 @@ def training_section(summary: dict, command: str) -> str:
     losses = ", ".join(f"{k} {summary['first_loss'][k]} → {summary['final_loss'][k]}" for k in summary["batches"])
     return "\n".join([
         "```bash", command, "```", "",
+        *_packing(summary),
         f"Device: {summary['device']}{' with torch.compile' if summary['compiled'] else ''}. Building the corpus, "
         f"tokenizer and model took {summary['prep_seconds'] / 60:.1f} min, training {summary['seconds'] / 60:.1f} min "
         f"({summary['steps']:,} steps: {batches}), the evaluation below {summary.get('eval_seconds', 0) / 60:.1f} min.",
@@ -78,14 +79,26 @@ def curve_section(summary: dict, pilots: list[dict], out: Path) -> str:
     if not runs:
         return "No checkpoints were written during training, so there is no held-out curve."
     plot_curves({f"{r['name']} ({_m(r['parameters'])}, {_m(r['active'])} active)": r["curve"] for r in runs}, out)
-    lines = ["| run | parameters (active) | minutes | steps | tokens | train loss | held-out loss |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| run | parameters (active) | minutes | steps | tokens | train loss | held-out loss | Q parses |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         for p in r["curve"]:
+            parses = f"{100 * p['parses']:.0f}%" if "parses" in p else "–"
             lines.append(f"| {r['name']} | {_m(r['parameters'])} ({_m(r['active'])}) | {p['minutes']:.1f} | "
-                         f"{p['step']:,} | {p.get('tokens', 0):,} | {p['train_loss']:.3f} | {p['held_out_loss']:.3f} |")
+                         f"{p['step']:,} | {p.get('tokens', 0):,} | {p['train_loss']:.3f} | {p['held_out_loss']:.3f} "
+                         f"| {parses} |")
     return "\n".join(["The held-out loss is the training objective on 64 held-out functions under a fixed noise "
-                      "seed, measured at every checkpoint.", "", "![held-out loss](curve.png)", "", *lines])
+                      "seed, measured at every checkpoint; Q parses (where measured, `--eval-only "
+                      "--checkpoint-code-n N`) is the share of held-out functions whose Q-mode completion by that "
+                      "checkpoint parses.", "", "![held-out loss](curve.png)", "", *lines])
+
+
+def _packing(summary: dict) -> list[str]:
+    tc = summary["config"]
+    if not tc.get("pack"):
+        return []
+    return [f"Function rows are packed: several functions per row of {tc['code_length']} tokens, each starting on "
+            f"a block boundary and attending only to itself.", ""]
 
 
 def presets_section(presets: dict) -> str:

@@ -7,7 +7,9 @@
     card       OUT/README.md from those files
 
 `--dry-run` stops after the plan (the corpus size in files and tokens, the parameter counts and the
-estimated number of steps); `--no-eval` stops after saving.
+estimated number of steps); `--no-eval` stops after saving; `--resume` continues a stopped run in
+--out; `--eval-only` evaluates a run trained earlier and writes its card. Every training command is
+appended to OUT/commands.txt, which the card quotes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
+
+import torch
 
 from .loop import TrainConfig, preset_config, setup, train
 from .recipes import ASSUMED_TFLOPS, TRAINING_PRESETS, estimated_steps, sizes
@@ -49,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     ap.add_argument("--no-eval", action="store_true", help="stop after saving the model")
     ap.add_argument("--pilots", default="", help="comma list of earlier run directories whose held-out curves "
                     "the card shows beside this run's (the pilot runs that chose its size)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="no training: evaluate the model in --out (trained earlier) and write its card")
+    ap.add_argument("--checkpoint-code-n", type=int, default=0,
+                    help="with --eval-only: the Q-mode parse rate of every checkpoint on this many held-out functions")
     ap.add_argument("--resume", action="store_true",
                     help="continue the stopped run in --out from its last checkpoint (OUT/resume.pt)")
     defaults = TrainConfig()
@@ -99,6 +107,20 @@ def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
     return report, code_samples(pipe, prompts, "S", tc.eval_gen_length)
 
 
+def checkpoint_parse_rates(out: Path, summary: dict, n: int, seed: int) -> None:
+    """Add "parses" (Q mode, n held-out functions) to each curve point whose checkpoint copy exists."""
+    from ..eval.codetrack import evaluate_code, held_out_items
+    from ..pipeline import Pipeline
+
+    items = held_out_items(n, seed, summary["data"]["roots"])
+    for point in summary.get("curve", []):
+        path = out / "checkpoints" / point.get("dir", f"{point['minutes']:05.1f}min")
+        if path.exists():
+            code = evaluate_code(Pipeline.load(path), items, ["Q"], summary["config"]["eval_gen_length"])
+            point["parses"] = round(code["modes"]["Q"]["parses"], 4)
+            print(f"checkpoint {path.name}: Q parses {point['parses']:.1%} of {len(items)}", flush=True)
+
+
 def pilot_curves(dirs: str) -> list[dict]:
     """{"name", "parameters", "active", "curve"} of each pilot run directory (from its training.json)."""
     out = []
@@ -110,25 +132,45 @@ def pilot_curves(dirs: str) -> list[dict]:
     return out
 
 
+COMMANDS = "commands.txt"  # every command that trained OUT, one a line (a resumed run has several)
+
+
+def record_command(out: Path, argv: list[str]) -> str:
+    """Append this command to OUT/commands.txt; returns all of them (the card's "How it was trained")."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / COMMANDS, "a") as f:
+        f.write("python -m llada.train " + shlex.join(argv) + "\n")
+    return (out / COMMANDS).read_text().rstrip("\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     tc, args = parse_args(argv)
     if args.dry_run:
         print(plan(setup(tc, progress=True)))
         return
-    summary = train(tc, on_ready=lambda run: print(plan(run), flush=True), resume=args.resume)
-    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-    if args.no_eval:
-        return
+    out = Path(tc.out)
+    if args.eval_only:
+        if not (out / "training.json").exists():
+            sys.exit(f"--eval-only: {out / 'training.json'} does not exist (train into --out first)")
+        summary = json.loads((out / "training.json").read_text())
+        torch.set_num_threads(tc.threads)
+        if args.checkpoint_code_n:
+            checkpoint_parse_rates(out, summary, args.checkpoint_code_n, tc.seed)
+        commands = (out / COMMANDS).read_text().rstrip("\n") if (out / COMMANDS).exists() else ""
+    else:
+        commands = record_command(out, argv)
+        summary = train(tc, on_ready=lambda run: print(plan(run), flush=True), resume=args.resume)
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+        if args.no_eval:
+            return
     from .card import write_card
 
     t0 = time.perf_counter()
     report, samples = evaluate_trained(tc, summary)
-    out = Path(tc.out)
     summary["eval_seconds"] = round(time.perf_counter() - t0, 1)
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
-    card = write_card(out, summary, report, samples, "python -m llada.train " + shlex.join(argv),
-                      pilot_curves(args.pilots))
+    card = write_card(out, summary, report, samples, commands, pilot_curves(args.pilots))
     print(f"wrote {card}")

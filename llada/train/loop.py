@@ -307,9 +307,10 @@ def checkpoint(run: Run, step: int, seconds: float) -> None:
     point = {"minutes": round(seconds / 60, 2), "step": step, "held_out_loss": round(held_out_loss(
         run, run.built.held_out), 4), "train_loss": round(sum(r["loss"] for r in recent) / max(len(recent), 1), 4),
         "tokens": sum(r.get("tokens", 0) for r in run.log)}
+    point["dir"] = f"{seconds / 60:05.1f}min"  # OUT/checkpoints/DIR
     run.curve.append(point)
     save_dir(run, Path(run.tc.out) / "checkpoint")
-    save_dir(run, Path(run.tc.out) / "checkpoints" / f"{seconds / 60:05.1f}min")
+    save_dir(run, Path(run.tc.out) / "checkpoints" / point["dir"])
     save_state(run, step, seconds)
     print(f"\ncheckpoint {json.dumps(point)}", flush=True)
 

@@ -44,9 +44,12 @@ def _sampler_state(s) -> dict | None:
 
 
 def _restore_sampler(s, state: dict | None) -> None:
+    """The sampler's random state and place in its pass; a pass over rows that have since been rebuilt
+    (another count) is dropped, and the sampler starts a new one."""
     if s is not None and state is not None:
         s.gen.set_state(state["gen"])
-        s.order, s.cursor = state["order"], state["cursor"]
+        if len(state["order"]) in (0, len(s.rows)):
+            s.order, s.cursor = state["order"], state["cursor"]
 
 
 def save_state(run, step: int, seconds: float) -> Path:

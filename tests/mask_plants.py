@@ -1,0 +1,61 @@
+"""Plant one dropped mask at a time in a copy of the repository and run the poison tests against it.
+
+    python tests/mask_plants.py        # ~15 minutes on 2 CPU cores; prints one line per plant
+
+Each plant removes (or widens) the mask of one load or store of one kernel. A plant is caught when
+`tests/test_kernels_poison.py` fails on it; the earlier kernel tests passed several of these (a read
+multiplied by a masked zero changes nothing but is still out of bounds on a GPU). Not a test module
+itself (pytest collects test_*.py only): a check of the poison tests.
+"""
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+K = "llada/kernels/"
+PLANTS = [  # (what, file, text, planted text)
+    ("up: weight K mask", K+"fused_moe.py", "        w_mask = col_ok[:, None] & k_ok[None, :]\n", "        w_mask = col_ok[:, None] & (k_ok[None, :] | True)\n"),
+    ("up: weight column mask", K+"fused_moe.py", "        w_mask = col_ok[:, None] & k_ok[None, :]\n", "        w_mask = (col_ok[:, None] | True) & k_ok[None, :]\n"),
+    ("up: activation K mask", K+"fused_moe.py", "                    mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(wg.dtype)", "                    mask=row_ok[:, None], other=0.0).to(wg.dtype)"),
+    ("up: store column mask", K+"fused_moe.py", "    ok = _rows(row_ok, SWAP_AB) & _cols(col_ok, SWAP_AB)\n", "    ok = _rows(row_ok, SWAP_AB) & _cols(col_ok | True, SWAP_AB)\n"),
+    ("silu: K mask", K+"fused_moe.py", "    mask = row_ok[:, None] & (ks < I)[None, :]\n", "    mask = row_ok[:, None] & (ks < 1 << 20)[None, :]\n"),
+    ("down: weight K mask", K+"fused_moe.py", "        w = tl.load(w_rows + ks[None, :] * stride_wk, mask=col_ok[:, None] & k_ok[None, :], other=0.0)", "        w = tl.load(w_rows + ks[None, :] * stride_wk, mask=col_ok[:, None], other=0.0)"),
+    ("down: h K mask", K+"fused_moe.py", "        a = tl.load(a_rows + ks[None, :] * stride_hk, mask=row_ok[:, None] & k_ok[None, :], other=0.0)", "        a = tl.load(a_rows + ks[None, :] * stride_hk, mask=row_ok[:, None], other=0.0)"),
+    ("k-sum: column mask", K+"fused_moe.py", "        acc += tl.load(y_ptr + (t * TOP_K + k) * stride_ym + cols * stride_yn, mask=ok, other=0.0)", "        acc += tl.load(y_ptr + (t * TOP_K + k) * stride_ym + cols * stride_yn)"),
+    ("act quantizer: K mask", K+"fp8.py", "                mask=mask, other=0.0).to(tl.float32)  # (BLOCK_M, GROUP)", "                mask=(rows < M)[:, None], other=0.0).to(tl.float32)  # (BLOCK_M, GROUP)"),
+    ("weight quantizer: mask", K+"fp8.py", "                mask=mask, other=0.0).to(tl.float32)  # (TILE, TILE)", "                mask=(rows < N)[:, None], other=0.0).to(tl.float32)  # (TILE, TILE)"),
+    ("sort: ids mask", K+"routing.py", "        e = tl.load(ids_ptr + (p // TOP_K) * stride_it + (p % TOP_K) * stride_ik, mask=p < num_pairs, other=0)", "        e = tl.load(ids_ptr + (p // TOP_K) * stride_it + (p % TOP_K) * stride_ik)"),
+    ("router logits: h K mask", K+"router.py", "                    mask=(tokens < T)[:, None] & (ks < H)[None, :], other=0.0)  # (BLOCK_T, BLOCK_K)", "                    mask=(tokens < T)[:, None], other=0.0)  # (BLOCK_T, BLOCK_K)"),
+    ("router top-k: bias mask", K+"router.py", "    biased = score + tl.load(bias_ptr + expert, mask=valid, other=0.0).to(tl.float32)", "    biased = score + tl.load(bias_ptr + expert, mask=(g < N_GROUP) & (s < S_P2), other=0.0).to(tl.float32)"),
+    ("fp8 linear: weight K mask", K+"linear.py", "                    mask=col_ok[:, None] & k_ok[None, :], other=0.0)  # (BLOCK_N, G) fp8", "                    mask=col_ok[:, None], other=0.0)  # (BLOCK_N, G) fp8"),
+]
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "repo"  # the sources and tests (tests/conftest.py imports ui), not the weights
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "assets", "bench",
+                                                                   "docs", "*.safetensors.tmp"))
+        caught = 0
+        for name, path, old, new in PLANTS:
+            target = copy / path
+            text = target.read_text()
+            assert old in text, f"{name}: the text to plant into is not in {path}"
+            target.write_text(text.replace(old, new, 1))
+            try:
+                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                      "tests/test_kernels_poison.py"], cwd=copy, capture_output=True, text=True)
+            finally:
+                target.write_text(text)
+            caught += run.returncode != 0
+            print(f"{name}: {'caught' if run.returncode else 'MISSED'} ({run.stdout.strip().splitlines()[-1]})",
+                  flush=True)
+        print(f"{caught} of {len(PLANTS)} planted masks caught")
+        return 0 if caught == len(PLANTS) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
