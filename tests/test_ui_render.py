@@ -108,3 +108,13 @@ def test_replay_html_is_self_contained():
                       .group(1).replace("<\\/", "</"))
     assert data["first"] == canvas.render(trace, 0, legend=False) and data["steps"] == 6
     assert [p["step"] for p in data["patches"]] == [1, 2, 3, 4, 5, 6]  # one patch per step, not a canvas per step
+
+
+def test_accuracy_gets_a_wilson_interval():
+    from ui.render import pareto
+
+    low, high = pareto.wilson(1.0, 10)  # 10 of 10 right: still compatible with 72%
+    assert abs(low - 0.7225) < 1e-3 and abs(high - 1.0) < 1e-9
+    s, q = pareto.wilson(0.892, 400), pareto.wilson(0.935, 400)  # 400 items: S and Q told apart
+    assert s[1] < q[1] and s[0] < q[0] and abs(s[0] - 0.8578) < 1e-3
+    assert pareto.wilson(0.5, 0) == (0.0, 1.0)
