@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ui import export
+from ui.render.narrate import visible
 from ui.render import canvas, charts, tables
 from llada.trace import Trace
 from ui_helpers import EOS, HTML, NL, TEXTS, hand_trace
@@ -20,7 +21,8 @@ def test_stats_and_edit_log():
     assert s["tokens"] == 1 and s["tpf"] == 1 / 6  # output is cut after the EOS at position 3
     log = tables.edit_log(trace)
     assert log["kind"].tolist() == ["T2T", "MBE"] and log["position"].tolist() == [3, 3]
-    assert log["old"].tolist() == [TEXTS[HTML], TEXTS[NL]] and log["new"].tolist() == [TEXTS[NL], TEXTS[EOS]]
+    shown = visible(TEXTS[NL])  # a line break and spaces, drawn so the cell is not blank
+    assert shown.strip() and log["old"].tolist() == [visible(TEXTS[HTML]), shown] and log["new"].tolist() == [shown, TEXTS[EOS]]
     assert len(trace.edit_events()) == 2
     assert "forwards 6" in tables.stats_line(trace) and "MBE edits 1" in tables.stats_line(trace)
 

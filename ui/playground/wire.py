@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
+from ..settings import check_flag
 from . import api, compare, controls, replay, view
 from .run import RunFrame, generate_ui, stopped_ui
 
@@ -43,6 +44,8 @@ def _wire_controls(models: Models, c: SimpleNamespace) -> None:
                 *controls.apply_mode(path, mode))
 
     c.mode.input(mode_picked, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
+    c.edit.change(refusing(lambda on: gr.update(interactive=check_flag("editing (T2T) on", on))), c.edit, c.tau_edit,
+                  **PRIVATE, **REPLAY)  # τ_edit can be moved only while editing is on (M2T only: off)
     for slider in (c.tau_mask, c.tau_edit, c.edit):
         slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
     c.model.change(model_picked, [c.model, c.mode], [c.presets, c.knows, c.gen_length, *_preset_outputs(c)],
