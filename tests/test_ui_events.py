@@ -124,6 +124,8 @@ def test_gradios_own_refusals_are_one_line(app, capfd):
     index = fn_index(demo, "replay.scrub")
     msg = call(url, index, [None, 0])  # one input short: Gradio refuses before any handler runs
     assert not msg.get("success")
+    browser_only = next(i for i, f in demo.fns.items() if f.fn is None)  # an event the browser runs alone (js)
+    assert not call(url, browser_only, []).get("success")
     err = capfd.readouterr().err
     assert "Traceback" not in err and len(err) < 600, err
 

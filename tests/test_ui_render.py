@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ui import export
+from ui.render.narrate import visible
 from ui.render import canvas, charts, tables
 from llada.trace import Trace
 from ui_helpers import EOS, HTML, NL, TEXTS, hand_trace
@@ -20,7 +21,8 @@ def test_stats_and_edit_log():
     assert s["tokens"] == 1 and s["tpf"] == 1 / 6  # output is cut after the EOS at position 3
     log = tables.edit_log(trace)
     assert log["kind"].tolist() == ["T2T", "MBE"] and log["position"].tolist() == [3, 3]
-    assert log["old"].tolist() == [TEXTS[HTML], TEXTS[NL]] and log["new"].tolist() == [TEXTS[NL], TEXTS[EOS]]
+    shown = visible(TEXTS[NL])  # a line break and spaces, drawn so the cell is not blank
+    assert shown.strip() and log["old"].tolist() == [visible(TEXTS[HTML]), shown] and log["new"].tolist() == [shown, TEXTS[EOS]]
     assert len(trace.edit_events()) == 2
     assert "forwards 6" in tables.stats_line(trace) and "MBE edits 1" in tables.stats_line(trace)
 
@@ -108,3 +110,13 @@ def test_replay_html_is_self_contained():
                       .group(1).replace("<\\/", "</"))
     assert data["first"] == canvas.render(trace, 0, legend=False) and data["steps"] == 6
     assert [p["step"] for p in data["patches"]] == [1, 2, 3, 4, 5, 6]  # one patch per step, not a canvas per step
+
+
+def test_accuracy_gets_a_wilson_interval():
+    from ui.render import pareto
+
+    low, high = pareto.wilson(1.0, 10)  # 10 of 10 right: still compatible with 72%
+    assert abs(low - 0.7225) < 1e-3 and abs(high - 1.0) < 1e-9
+    s, q = pareto.wilson(0.892, 400), pareto.wilson(0.935, 400)  # 400 items: S and Q told apart
+    assert s[1] < q[1] and s[0] < q[0] and abs(s[0] - 0.8578) < 1e-3
+    assert pareto.wilson(0.5, 0) == (0.0, 1.0)

@@ -9,6 +9,7 @@ on a phone). Nothing is loaded until a run needs it.
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import gradio as gr
@@ -23,7 +24,7 @@ from .playground import view as playground_view, wire as playground
 # launch(**LOOK): Gradio 6 dresses the page at launch; the page has no upload component, so Gradio's upload route
 # takes nothing bigger than a few KB; Gradio keeps a copy of the page's values per session (about 0.25 MiB):
 # at most SESSIONS of them (the oldest go first), and a closed tab's at once (`drop_session`)
-SESSIONS = 256
+SESSIONS = int(os.environ.get("LLADA_SESSIONS", "256"))
 LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft", "max_file_size": "16kb",
         "state_session_capacity": SESSIONS}
 STATE_TTL_S = 3600  # an open tab keeps its last run and comparison this long; a closed one drops them at once

@@ -13,6 +13,7 @@ its own cache by then), so clicking Export never piles files up.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -72,7 +73,8 @@ def replay_html(trace: Trace, title: str | None = None) -> str:
 def write_exports(trace: Trace, folder: Path) -> list[Path]:
     """trace.json and replay.html of `trace` in `folder`; returns both paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"llada-{(trace.mode or 'run').replace(' ', '-')}"
+    words = re.sub(r"[^A-Za-z0-9]+", "-", trace.prompt or "")[:24].strip("-") or "prompt"
+    stem = f"llada-{(trace.mode or 'run').replace(' ', '-')}-{words}-{time.strftime('%Y%m%d-%H%M%S')}"
     json_path, html_path = folder / f"{stem}-trace.json", folder / f"{stem}-replay.html"
     json_path.write_text(json.dumps(trace.to_dict(), ensure_ascii=False), encoding="utf-8")
     html_path.write_text(replay_html(trace), encoding="utf-8")

@@ -138,13 +138,16 @@ class _QuietRefusals:
         traceback.print_exc(*args, **kwargs)
 
 
+GRADIO_REFUSALS = ("validate_inputs", "call_function")  # where Gradio refuses a request's shape
+
+
 def refused_by_gradio(err: BaseException) -> bool:
     from gradio.exceptions import ComponentProcessingError, Error
 
     if isinstance(err, (Error, ComponentProcessingError)):
         return True
-    frames = traceback.extract_tb(err.__traceback__)
-    return bool(frames) and frames[-1].name == "validate_inputs" and "gradio" in frames[-1].filename
+    frames = traceback.extract_tb(err.__traceback__)  # raised by Gradio itself: too few inputs, no such function
+    return bool(frames) and frames[-1].name in GRADIO_REFUSALS and "gradio" in frames[-1].filename
 
 
 def quiet_refusals() -> None:

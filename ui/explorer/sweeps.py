@@ -120,14 +120,20 @@ def progress_text(name: str, p: Progress) -> str:
             f"{p.seconds:.0f} s{left}")
 
 
+LOAD_NOTE = ("Accuracy and TPF do not depend on the machine; **TPS then** is the speed measured when the point was "
+             "computed, under that moment's load (shared cores make it swing several-fold), so compare speeds by TPF. "
+             "Bars: 95% Wilson intervals of accuracy over the items.")
+
+
 def cached_text(found: int, cells: int, decodes: int, stopped: bool = False) -> str:
     head = "**Stopped.** " if stopped else ""
     if found == cells:
         return (f"{head}All {cells} points of this grid come from the cache (measured before on this model: same "
-                "weights, items and budget). Click a point or a row to load its settings into the Playground.")
+                "weights, items and budget). Click a point or a row to load its settings into the Playground. "
+                + LOAD_NOTE)
     if found:
         return (f"{head}{found} of {cells} points of this grid are cached; **Run sweep** measures the other "
-                f"{cells - found}.")
+                f"{cells - found}. {LOAD_NOTE}")
     return f"{head}No point of this grid is measured yet: **Run sweep** decodes {decodes:,} items ({cells} points)."
 
 

@@ -25,6 +25,7 @@ from .lessons import Recording, as_recording, learn_text
 LEARN_CSS = ASSETS / "learn.css"
 CANVAS_IDS = ("canvas-learn", "canvas-learn-b")  # the first and the second run of a lesson
 RECORD = "python -m ui.learn.record"  # the command that records the lessons
+SHOW_LESSON = "() => document.querySelector('#canvas-learn-box')?.scrollIntoView({behavior: 'smooth', block: 'start'})"
 STEP_SECONDS = 1.2  # replay speed: one step per this many seconds, slow enough to read the narration
 
 
@@ -192,6 +193,7 @@ def wire(recordings: dict, v: SimpleNamespace) -> None:
 
     private = {**PRIVATE, **REPLAY}
     v.run.change(pick, [v.run], [v.caption, v.column_b, v.step, v.stats, *shown, v.timer], **private)
+    v.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
     v.step.input(scrub, [v.run, v.step], [*shown, v.timer], trigger_mode="always_last", **private)
     v.play.click(play, [v.run, v.step], [*shown, v.step, v.timer], **private)
     v.pause.click(_stopped, None, v.timer, **private)

@@ -65,22 +65,31 @@ def _compare_final(traces: dict[str, Trace], error: str = "") -> CompareFrame:
                  canvas_q=canvas.render(traces["Q"], top, elem_id="canvas-q"),
                  step=gr.update(maximum=max(top, 1), value=top), table=tables.stats_table(list(traces.items())),
                  diff=tables.diff_html(traces["S"].text or "", traces["Q"].text or ""), pair=traces,
-                 verdict=tables.verdict(("S", traces["S"]), ("Q", traces["Q"])), **charts_of(list(traces.items())))
+                 verdict=_verdict(traces), **charts_of(list(traces.items())))
 
 
-def compare_runs(models, model_path, prompt, block_length, gen_length) -> dict[str, LiveRun]:
-    """S and Q runs of one prompt (block_length None: each mode's own; model_path None: the default)."""
+def _verdict(traces: dict[str, Trace]) -> str:
+    """The verdict, then the settings each side ran with (its own preset's block length; MBE from its box)."""
+    s, q = traces["S"].settings, traces["Q"].settings
+    ran = (f"S ran its preset with blocks of {s.block_length}, Q its preset with blocks of {q.block_length}; "
+           f"Multi-Block Editing {'on' if s.mbe else 'off'} for both (the MBE box).")
+    return f"{tables.verdict(('S', traces['S']), ('Q', traces['Q']))}  \n{ran}"
+
+
+def compare_runs(models, model_path, prompt, block_length, gen_length, mbe=False) -> dict[str, LiveRun]:
+    """S and Q runs of one prompt (block_length None: each mode's own; model_path None: the default; mbe: both
+    with Multi-Block Editing)."""
     check_prompt(prompt)
     presets = presets_of(model_path or models.default)
-    requests = {mode: check_request(presets, prompt, mode, block_length=block_length, gen_length=gen_length)
-                for mode in ("S", "Q")}
+    requests = {mode: check_request(presets, prompt, mode, block_length=block_length, gen_length=gen_length,
+                                    mbe=mbe) for mode in ("S", "Q")}
     return start_batch(models.get(model_path), requests)  # each trace is the one its mode gets alone
 
 
-def compare_ui(models, model_path, prompt, gen_length):
-    """S and Q on one prompt, each with its preset's block length, sharing each forward."""
+def compare_ui(models, model_path, prompt, gen_length, mbe=False):
+    """S and Q on one prompt, each with its preset's block length (MBE as its box says), sharing each forward."""
     try:
-        runs = compare_runs(models, models.checked_path(model_path), prompt, None, gen_length)
+        runs = compare_runs(models, models.checked_path(model_path), prompt, None, gen_length, mbe)
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
         yield frame(CompareFrame, error=problem(err).html)
         return

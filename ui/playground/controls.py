@@ -70,6 +70,7 @@ def prompt_bar(c: SimpleNamespace) -> None:
         with gr.Column(scale=1, min_width=140):
             c.generate = gr.Button("Generate", variant="primary", elem_id="generate")
             c.stop = gr.Button("Stop", elem_id="stop")
+            c.compare = gr.Button("Compare S vs Q", elem_id="run-compare", size="sm")
     with gr.Row(equal_height=True):
         c.mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode", scale=3, min_width=300)
         c.mbe = gr.Checkbox(value=False, label="Multi-Block Editing (MBE)", elem_id="mbe", scale=1, min_width=220)

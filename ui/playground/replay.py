@@ -40,7 +40,7 @@ def play(speed) -> gr.Timer:
 def teach(trace: Trace | None, slow, ghost) -> tuple:
     """After a run: replay it from step 0 at a teaching pace (when asked), so drafts and edits can be seen."""
     slow, ghost = check_flag("replay slowly", slow), check_flag("ghost", ghost)
-    if trace is None or not slow or trace.steps < 2:
+    if trace is None or not slow or trace.steps < 2 or trace.status != "done":  # a stopped run stays where it stopped
         return gr.skip(), gr.skip(), gr.skip()
     pace = min(max(TEACH_SECONDS / trace.steps, TEACH_STEP_S[0]), TEACH_STEP_S[1])
     return canvas.render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
@@ -64,7 +64,7 @@ def start_play(trace: Trace | None, step, ghost, speed) -> tuple:
 def tick(trace: Trace | None, step, ghost) -> tuple:
     """One replay step forward; the timer stops at the last step."""
     step, ghost = check_step(step), check_flag("ghost", ghost)
-    if trace is None or step >= trace.steps:
+    if trace is None or step >= trace.steps or trace.status == "running":  # a new run took over the canvas
         return gr.skip(), gr.skip(), gr.Timer(active=False)
     k = step + 1
     return canvas.render(trace, k, ghost), k, gr.skip() if k < trace.steps else gr.Timer(active=False)

@@ -46,7 +46,8 @@ def _run_view() -> SimpleNamespace:
     return v
 
 
-def _charts_view(v: SimpleNamespace) -> None:
+def charts_view(v: SimpleNamespace) -> None:
+    """The run's charts, confidence heatmap, edit log and export (below the comparison)."""
     with gr.Row():
         v.charts = [gr.Plot(elem_id=i, show_label=False, min_width=300) for i in ("chart-tps", "chart-tpf",
                                                                                   "chart-steps")]
@@ -63,9 +64,9 @@ def _charts_view(v: SimpleNamespace) -> None:
 def compare_view() -> SimpleNamespace:
     v = SimpleNamespace()
     with gr.Column(elem_id="compare"):
-        gr.Markdown("### S vs Q on the same prompt\nEach mode runs with its own preset (its block length "
-                    "included); both advance one forward each in turn, on one timeline.")
-        v.run = gr.Button("Compare S vs Q on this prompt", elem_id="run-compare")
+        gr.Markdown("### S vs Q on the same prompt\n**Compare S vs Q** (beside Generate) runs both modes on the "
+                    "prompt, each with **its own preset, block length included** (the sliders are not used), "
+                    "with Multi-Block Editing as the **MBE** box says; they share each forward, on one timeline.")
         v.verdict = gr.Markdown("", elem_id="compare-verdict")
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
         with gr.Row(elem_id="compare-canvases"):
@@ -106,13 +107,12 @@ def api_inputs() -> SimpleNamespace:
 
 
 def run_view_area(c: SimpleNamespace, models) -> SimpleNamespace:
-    """#error, the run view with the settings column beside it, then the charts; the settings go into `c`."""
+    """#error, the run view with the settings column beside it; the settings go into `c`."""
     error = gr.HTML("", elem_id="error")
     with gr.Row():
         with gr.Column(scale=3, min_width=320):
             v = _run_view()
         with gr.Column(scale=1, min_width=280, elem_id="settings"):
             controls.settings(c, models)
-    _charts_view(v)
     v.error = error
     return v

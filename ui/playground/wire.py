@@ -17,9 +17,11 @@ import gradio as gr
 
 from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
+from ..settings import check_flag
 from . import api, compare, controls, replay, view
 from .run import RunFrame, generate_ui, stopped_ui
 
+SHOW_COMPARE = "() => document.querySelector('#compare')?.scrollIntoView({behavior: 'smooth', block: 'start'})"
 CHARTS = ("chart_tps", "chart_tpf", "chart_steps")  # the frames' names of the three charts, in layout order
 RUN_INPUTS = ("model", "prompt", "mode", "tau_mask", "edit", "tau_edit", "mbe", "mbe_window", "block_length",
               "gen_length", "max_post_steps", "temperature", "seed", "ghost")
@@ -42,6 +44,8 @@ def _wire_controls(models: Models, c: SimpleNamespace) -> None:
                 *controls.apply_mode(path, mode))
 
     c.mode.input(mode_picked, [c.model, c.mode], _preset_outputs(c), **PRIVATE, **REPLAY)
+    c.edit.change(refusing(lambda on: gr.update(interactive=check_flag("editing (T2T) on", on))), c.edit, c.tau_edit,
+                  **PRIVATE, **REPLAY)  # τ_edit can be moved only while editing is on (M2T only: off)
     for slider in (c.tau_mask, c.tau_edit, c.edit):
         slider.input(lambda: "Custom", None, c.mode, **PRIVATE, **REPLAY)
     c.model.change(model_picked, [c.model, c.mode], [c.presets, c.knows, c.gen_length, *_preset_outputs(c)],
@@ -77,6 +81,8 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, exa
 
     outputs, teach = _run_outputs(v, trace), [trace, c.teach, c.ghost]
     replay_out = [v.canvas, v.step, v.timer]
+    for start in (c.generate.click, examples.click):  # a replay in progress stops when a run starts
+        start(replay.pause, None, v.timer, **PRIVATE, **REPLAY)
     event = c.generate.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     event.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
     picked = examples.click(refusing(controls.example_values), [examples], _inputs(c, controls.EXAMPLE_INPUTS),
@@ -103,7 +109,7 @@ def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
 
 
 def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error, pair) -> None:
-    named = Inputs(model_path=c.model, prompt=c.prompt, gen_length=c.gen_length)
+    named = Inputs(model_path=c.model, prompt=c.prompt, gen_length=c.gen_length, mbe=c.mbe)
 
     @on_gpu(seconds=lambda data: gpu_seconds(named.values(data)["gen_length"], None, runs=2))
     def run(data: dict):
@@ -112,7 +118,8 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
     parts = {"error": error, "canvas_s": v.canvas_s, "canvas_q": v.canvas_q, "step": v.step, "table": v.table,
              "diff": v.diff, "verdict": v.verdict, "patch": v.patch, "pair": pair} | dict(zip(CHARTS, v.charts))
     outputs = _outputs(compare.CompareFrame, parts)
-    v.run.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
+    c.compare.click(None, js=SHOW_COMPARE)  # the comparison sits below the run: bring it into view
+    c.compare.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     v.step.input(compare.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
                  **PRIVATE, **REPLAY)
 
@@ -146,6 +153,7 @@ def build(models: Models, trace, pair) -> SimpleNamespace:
     with slot:
         examples = controls.example_list(c)
     cmp = view.compare_view()
+    view.charts_view(v)
     _wire_controls(models, c)
     _wire_run(models, c, v, trace, examples)
     _wire_replay(c, v, trace)

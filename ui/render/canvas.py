@@ -264,13 +264,21 @@ def counts_html(v: View) -> str:
     notes = []
     if hidden:
         n_blocks = sum(1 for b in range(v.active + 1, len(tokens) // B) if mask in tokens[b * B:(b + 1) * B])
-        notes.append(f'+ {hidden} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}')
+        notes.append(f'+ {hidden} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}{_never(v)}')
     start = v.end + TAIL_SHOWN  # tail: from here on, outside the active block, masks of later blocks aside
     tail = max(0, len(tokens) - start) - max(0, min(later, len(tokens)) - max(start, v.active * B))
     tail -= tokens[max(start, later):].count(mask)
     if tail > 0:
         notes.append(f"+ {tail} positions past the end of the output (EOS padding or never decoded)")
     return "".join(f'<span class="more">{n}</span>' for n in notes)
+
+
+def _never(v: View) -> str:
+    """Why masks left at the end of a run stay masks ('' while the run, or its replay, can still reach them)."""
+    if v.step < v.trace.steps or v.trace.status == "running":
+        return ""
+    return " (never decoded: the run stopped early)" if v.trace.status == "stopped" else \
+        " (never decoded: the text ended before them)"
 
 
 def legend_html() -> str:

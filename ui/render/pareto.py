@@ -9,6 +9,8 @@ is what a click loads into the playground; the table holds the same points, one 
 
 from __future__ import annotations
 
+import math
+
 from typing import NamedTuple
 
 import pandas as pd
@@ -28,15 +30,30 @@ SERIES = {False: Style("MBE off", "#2563eb", {"symbol": "circle", "size": 9, "li
                        "dash"),
           True: Style("MBE on", "#d97706", {"symbol": "diamond-open", "size": 13, "line": {"width": 2}}, "dot")}
 PRESET_SYMBOL = "star"
-AXIS = {"gridcolor": "#e5e7eb", "zerolinecolor": "#cbd5e1", "linecolor": "#cbd5e1", "automargin": True}
-# a white card with dark text: readable on Gradio's light and dark themes alike; template "none" is cheap
+INK, GRID = "#8b93a1", "rgba(139, 147, 161, 0.3)"  # readable on white and on near-black
+AXIS = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
+# transparent, so the chart sits on the page's own background (light or dark); assets/style.css gives its text
+# the theme's ink; template "none" is cheap
 LAYOUT = {"margin": {"l": 56, "r": 16, "t": 48, "b": 48}, "height": 440, "template": "none",
-          "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "system-ui, sans-serif", "size": 12,
-                                                                       "color": "#1f2937"},
+          "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
+          "font": {"family": "system-ui, sans-serif", "size": 12, "color": INK},
           # a legend at the foot of the figure (not of the plot area) pushes the margin: it never meets the axis title
           "legend": {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "x": 0},
           "hovermode": "closest", "clickmode": "event"}
-COLUMNS = ["series", "preset", "τ_mask", "τ_edit", "block", "accuracy %", "TPF", "TPS", "edits/100", "front"]
+COLUMNS = ["series", "preset", "τ_mask", "τ_edit", "block", "accuracy %", "TPF", "TPS then", "edits/100", "front",
+           "95% interval", "items"]
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+
+
+def wilson(accuracy: float, n: int) -> tuple[float, float]:
+    """The Wilson score interval (95%) of an accuracy measured on `n` items, as (low, high) in [0, 1]: with
+    few items it is wide, so two points whose intervals overlap are not told apart by this sweep."""
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = Z95 * Z95
+    centre = (accuracy + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(accuracy * (1 - accuracy) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 class Settings(NamedTuple):
@@ -72,15 +89,25 @@ def _hover(point: Point) -> str:
     c = point.cell
     name = f"<b>{c.preset} preset</b><br>" if c.preset else ""
     return (f"{name}τ_mask {c.tau_mask:g} · τ_edit {tau_text(c.tau_edit)} · block {c.block_length}<br>"
-            f"accuracy {100 * point.accuracy:.1f}% · TPF {point.tpf:.2f}<br>edits/100 {point.edits_per_100:.1f}"
+            f"accuracy {100 * point.accuracy:.1f}% of {point.items} items (95%: {_interval(point)}) · "
+            f"TPF {point.tpf:.2f}<br>edits/100 {point.edits_per_100:.1f}"
             f"{f' · cut {point.cut}' if point.cut else ''}<br><i>click: load into the playground</i>")
 
 
+def _interval(p: Point) -> str:
+    low, high = wilson(p.accuracy, p.items)
+    return f"{100 * low:.0f}–{100 * high:.0f}%"
+
+
 def _markers(points: list[Point], style: Style) -> dict:
+    bounds = [wilson(p.accuracy, p.items) for p in points]
     return {"type": "scatter", "mode": "markers", "name": style.name, "legendgroup": style.name,
             "x": [p.tpf for p in points], "y": [100 * p.accuracy for p in points], "cliponaxis": False,
             "customdata": [settings_of(p) for p in points], "text": [_hover(p) for p in points],
             "hovertemplate": "%{text}<extra>%{fullData.name}</extra>",
+            "error_y": {"type": "data", "symmetric": False, "thickness": 1, "width": 3, "color": style.colour,
+                        "array": [100 * (hi - p.accuracy) for p, (_, hi) in zip(points, bounds)],
+                        "arrayminus": [100 * (p.accuracy - lo) for p, (lo, _) in zip(points, bounds)]},
             "marker": style.marker | {"color": style.colour}}
 
 
@@ -108,7 +135,7 @@ def _presets(points: list[Point]) -> dict:
     marked = [p for p in points if p.cell.preset]
     return {"type": "scatter", "mode": "markers+text", "name": "presets (S, Q, M2T)",
             "x": [p.tpf for p in marked], "y": [100 * p.accuracy for p in marked], "cliponaxis": False,
-            "text": preset_labels(marked), "textposition": "top center", "textfont": {"size": 12, "color": "#111827"},
+            "text": preset_labels(marked), "textposition": "top center", "textfont": {"size": 12, "color": INK},
             "customdata": [settings_of(p) for p in marked], "hovertext": [_hover(p) for p in marked],
             "hovertemplate": "%{hovertext}<extra>preset</extra>",
             "marker": {"symbol": PRESET_SYMBOL, "size": 16, "color": [SERIES[p.cell.mbe].colour for p in marked],
@@ -149,5 +176,5 @@ def table(points: list[Point]) -> pd.DataFrame:
     ordered = sorted(points, key=lambda p: (p.cell.mbe, -p.accuracy, -p.tpf))
     rows = [[SERIES[p.cell.mbe].name, p.cell.preset, f"{p.cell.tau_mask:g}", tau_text(p.cell.tau_edit),
              p.cell.block_length, round(100 * p.accuracy, 1), round(p.tpf, 2), round(p.tps, 1),
-             round(p.edits_per_100, 1), "★" if p.cell.key in fronts else ""] for p in ordered]
+             round(p.edits_per_100, 1), "★" if p.cell.key in fronts else "", _interval(p), p.items] for p in ordered]
     return pd.DataFrame(rows, columns=COLUMNS)

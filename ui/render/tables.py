@@ -13,6 +13,7 @@ from llada.data.check import is_right
 from llada.trace import Trace
 
 from .canvas import text
+from .narrate import visible
 
 STATS_COLUMNS = ["run", "block", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits", "answer"]
 EDIT_COLUMNS = ["step", "block", "position", "old", "new", "p", "kind"]
@@ -96,8 +97,8 @@ def edit_log(trace: Trace | None) -> pd.DataFrame:
     if trace is None:
         return pd.DataFrame(columns=EDIT_COLUMNS)
     kinds = {"edits": "T2T", "mbe_edits": "MBE"}
-    rows = [[step, c.pos // trace.block_length, c.pos, text(trace, c.old), text(trace, c.token), round(c.p, 3),
-             kinds[kind]] for step, kind, c in trace.edit_events()]
+    rows = [[step, c.pos // trace.block_length, c.pos, visible(text(trace, c.old)), visible(text(trace, c.token)),
+             round(c.p, 3), kinds[kind]] for step, kind, c in trace.edit_events()]  # spaces and breaks shown
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)
 
 
