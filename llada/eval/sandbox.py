@@ -84,8 +84,10 @@ def bwrap_problem() -> str | None:
 
 def _bwrap_flags(workdir: str, keep: tuple[str, ...] = ()) -> list[str]:
     """Read-only root, private /tmp with the working directory bound writable, no network, no capabilities."""
-    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    flags += _home_mask(keep)
+    hidden = ["/tmp", *_home()]  # replaced by empty file systems inside
+    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    flags += [arg for d in hidden for arg in ("--tmpfs", d)]
+    flags += [arg for p in _needed(keep, hidden) for arg in ("--ro-bind", p, p)]
     flags += ["--bind", workdir, workdir, "--chdir", workdir, "--unshare-net", "--unshare-pid",
               "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     if os.geteuid() == 0:
@@ -93,15 +95,18 @@ def _bwrap_flags(workdir: str, keep: tuple[str, ...] = ()) -> list[str]:
     return flags
 
 
-def _home_mask(also: tuple[str, ...] = ()) -> list[str]:
-    """Hide the user's home directory, except what the interpreter and the program need to start."""
+def _home() -> list[str]:
+    """The user's home directory, hidden from the child (none when it is / or missing)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    if home in ("/", "") or not os.path.isdir(home):
-        return []
-    keep = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
-                                          os.path.dirname(os.path.realpath(sys.executable)), *also)}
-    keep = sorted(p for p in keep if p.startswith(home + os.sep) and os.path.isdir(p))
-    return ["--tmpfs", home] + [arg for p in keep for arg in ("--ro-bind", p, p)]
+    return [] if home in ("/", "") or not os.path.isdir(home) else [home]
+
+
+def _needed(also: tuple[str, ...], hidden: list[str]) -> list[str]:
+    """What the interpreter and the program need to start that lies under a hidden directory (a checkout
+    or virtual environment in /tmp or the home directory), parents first so they are bound read-only again."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
+                                           os.path.dirname(os.path.realpath(sys.executable)), *also)}
+    return sorted(p for p in paths if os.path.isdir(p) and any(p.startswith(d + os.sep) for d in hidden))
 
 
 class Sandbox:
