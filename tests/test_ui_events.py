@@ -148,8 +148,9 @@ def test_a_sweep_click_finding_one_running_answers_without_a_decode_slot(app, mo
                                                                   api_name="/generate") for _ in range(2)]
     assert SWEEP_LOCK.acquire(timeout=5)  # a sweep is running
     try:
-        for job in long_runs:  # wait until both hold their decode slot (bounded by the budget's 60 s)
-            while job.status().code.name not in ("ITERATING", "FINISHED"):
+        deadline = time.monotonic() + 300
+        for job in long_runs:  # waits until both hold their decode slot, with a generous bound
+            while job.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() < deadline:
                 time.sleep(0.05)
         answers = [call(url, fn_index(demo, "sweeps.sweep_free"), []) for _ in range(5)]
         still_running = [not job.done() for job in long_runs]
