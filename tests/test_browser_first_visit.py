@@ -90,8 +90,11 @@ def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
     assert re.match(r"S: .*forwards.* \(TPF [\d.]+ vs [\d.]+\), (both right|S \w+, Q \w+|both wrong)", verdict)
     table = page.inner_text("#compare-table")
     assert "32" in table and "16" in table and "right" in table  # S with block 32, Q with block 16 (the card's)
-    s_box, q_box = (page.locator(f"#{i}").bounding_box() for i in ("canvas-s", "canvas-q"))
-    assert q_box["y"] >= s_box["y"] + s_box["height"] - 1  # stacked on a phone
+    # stacked on a phone: both boxes are read in one frame, so a canvas still settling cannot tear the reading
+    page.wait_for_function("""() => {
+        const [s, q] = ['#canvas-s', '#canvas-q'].map(i => document.querySelector(i).getBoundingClientRect());
+        return s.height > 0 && q.top >= s.bottom - 1;
+    }""", timeout=30_000)
     page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare-phone.png"))
     page.close()
 
