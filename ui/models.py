@@ -6,7 +6,10 @@ in the local hub cache (a Space downloads them when it is built; nothing is down
 their repo id (`inclusionAI/LLaDA2.1-mini`). Every candidate is checked before anything is loaded —
 config.json, presets.json, and whether its weights fit where they would live (estimated from
 config.json by `llada.memory`) — and is either offered or withheld with the reason, shown under the
-model selector. A broken model never stops the app from starting.
+model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
+8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
+experts is offered with them (quantized while it loads); an FP8 checkpoint (`python -m llada.quantize`)
+is sized in FP8 everywhere and withheld on a GPU without FP8.
 
 Where the models live (`Runtime`):
 
@@ -42,6 +45,7 @@ class Runtime:
     kind: str  # "zerogpu", "cuda" or "cpu"
     device: str  # where the weights are used
     room: int | None = None  # bytes the models may take there (None: ask the device when needed)
+    fp8: bool = False  # the GPU runs FP8 kernels (sm89 and later)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Offered:
     path: str
     dtype: object  # torch.dtype the weights load in
     note: str  # "bfloat16, 16.3 B parameters, 30.4 GiB"
+    quantize: str | None = None  # "fp8": routed experts in FP8 (quantized at load, or stored so)
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,15 @@ def zero_gpu() -> bool:
 
 
 def runtime() -> Runtime:
-    if zero_gpu():
-        return Runtime("zerogpu", "cuda", ZEROGPU_ROOM)  # CUDA is not touched in the main process
+    if zero_gpu():  # CUDA is not touched in the main process; the slice is an H200 (sm90: FP8)
+        return Runtime("zerogpu", "cuda", ZEROGPU_ROOM, fp8=True)
     import torch
 
-    return Runtime("cuda", "cuda") if torch.cuda.is_available() else Runtime("cpu", "cpu")
+    if not torch.cuda.is_available():
+        return Runtime("cpu", "cpu")
+    from llada.kernels.devices import spec_of
+
+    return Runtime("cuda", "cuda", fp8=spec_of(torch.device("cuda")).fp8)
 
 
 def model_dirs(cli: list[str] | None = None, env: str | None = None,
@@ -114,25 +123,41 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
     from llada import memory
     from llada.checkpoint import CheckpointError, read_config
+    from llada.fp8_checkpoint import stored_fp8
     from llada.presets import PresetError, load_presets
 
     root = Path(path)
     try:
         cfg, raw = read_config(root)
         load_presets(root)
-    except (CheckpointError, PresetError) as err:
+        stored = stored_fp8(raw, str(root / "config.json"))
+    except (CheckpointError, PresetError, ValueError) as err:
         return Withheld(name or root.name, path, str(err))
     name = name or str(raw.get("name") or root.name)
     dtype = memory.default_dtype(cfg, rt.device)
-    why = memory.does_not_fit(cfg, dtype, rt.device, room=room)
+    quantize, why = _sized(cfg, dtype, rt, room, stored)
     if rt.kind == "zerogpu" and not why:  # the weights are read into host memory first
-        why = memory.does_not_fit(cfg, dtype, "cpu")
+        why = memory.does_not_fit(cfg, dtype, "cpu", quantize)
     if why:
         return Withheld(name, path, f"not offered on this {rt.kind.upper()} machine: {why}")
     params = sum(cfg.parameter_counts().values())
-    size = memory.weight_bytes(cfg, dtype) / 2**30
-    return Offered(name, path, dtype, f"{str(dtype).removeprefix('torch.')}, {params / 1e9:.2f} B parameters, "
-                                      f"{size:.2f} GiB")
+    size = memory.weight_bytes(cfg, dtype, quantize) / 2**30
+    kind = str(dtype).removeprefix("torch.") + (" with FP8 experts" + ("" if stored else " (quantized at load)")
+                                                if quantize else "")
+    return Offered(name, path, dtype, f"{kind}, {params / 1e9:.2f} B parameters, {size:.2f} GiB", quantize)
+
+
+def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: bool) -> tuple[str | None, str | None]:
+    """(quantize, why not): as saved; FP8 experts on an FP8 GPU where only they fit; why it cannot load."""
+    from llada import memory
+
+    if stored and rt.kind != "cpu" and not rt.fp8:
+        return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
+    why = memory.does_not_fit(cfg, dtype, rt.device, "fp8" if stored else None, room=room)
+    if not why or stored or not rt.fp8:
+        return ("fp8" if stored else None), why
+    why_fp8 = memory.does_not_fit(cfg, dtype, rt.device, "fp8", room=room)
+    return ("fp8", None) if why_fp8 is None else (None, why_fp8)  # its sizes say "with fp8 experts"
 
 
 @dataclass
@@ -236,7 +261,7 @@ class Models:
         from llada.pipeline import Pipeline
 
         where = "cpu" if self.rt.kind == "zerogpu" else self.rt.device
-        pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, progress=True)
+        pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, quantize=model.quantize, progress=True)
         if self.rt.kind == "zerogpu":
             pipe.model.to("cuda")  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
         pipe.name = model.name
@@ -269,7 +294,7 @@ def _weights(model: Offered) -> int:
     from llada.checkpoint import read_config
 
     cfg, _ = read_config(Path(model.path))
-    return memory.weight_bytes(cfg, model.dtype)
+    return memory.weight_bytes(cfg, model.dtype, model.quantize)
 
 
 def gpu_seconds(gen_length, block_length, max_post_steps=16, runs: int = 1) -> int:
