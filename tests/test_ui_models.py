@@ -8,6 +8,7 @@ import pytest
 
 from llada.replica import replica_config
 from ui import models as m
+from ui import zerogpu
 from ui.playground.run import generate_ui
 
 GIB = 2**30
@@ -160,11 +161,40 @@ def test_path_of_accepts_only_offered_names(tiny_model_dir):
     assert models.get("tiny-random").name == "tiny-random"
 
 
-def test_gpu_slots_are_sized_from_the_request():
+def test_gpu_slots_are_sized_from_the_request(monkeypatch):
+    from ui import runs
+
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget())  # the app's: 30 s a request (the tests' own is longer)
+    budget = runs.BUDGET.seconds
     short, long = m.gpu_seconds(32, 32), m.gpu_seconds(512, 32)
-    assert m.GPU_SECONDS[0] <= short < long <= m.GPU_SECONDS[1]
-    assert m.gpu_seconds(128, 32, runs=2) > m.gpu_seconds(128, 32)
-    assert m.gpu_seconds(10**6, 4) == m.GPU_SECONDS[1] and m.gpu_seconds("x", None) == m.GPU_SECONDS[0]
+    assert budget <= short <= long <= zerogpu.MAX_SLOT  # never below the request budget
+    assert m.gpu_seconds(128, 4, runs=2) >= m.gpu_seconds(128, 4)
+    assert m.gpu_seconds(10**6, 4) == zerogpu.MAX_SLOT and m.gpu_seconds("x", None) >= budget
+
+
+def _trace(*seconds):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(records=[SimpleNamespace(kind="decode", seconds=s) for s in seconds])
+
+
+def test_slots_follow_the_forward_time_measured_on_the_first_gpu_call(monkeypatch):
+    from ui import runs
+
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=1024, seconds=30.0))
+    clock = zerogpu.SlotClock()
+    monkeypatch.setattr(m, "CLOCK", clock)
+    # 512 tokens in blocks of 32: 17 blocks x (32 + 16 post + 2) = 850 forwards
+    assert m.gpu_seconds(512, 32) == zerogpu.MAX_SLOT  # at the assumed 0.12 s a forward: over the longest slot
+    clock.observe(_trace(9.0, 0.020, 0.022, 0.021, 0.021))  # the first call: a compile, then forwards of ~21 ms
+    assert clock.per_forward == 0.021
+    clock.observe(_trace(0.5, 0.5, 0.5))  # kept: later calls do not move it
+    assert clock.per_forward == 0.021
+    assert m.gpu_seconds(512, 32) == 30  # 850 x 0.021 x 1.25 = 22 s: the budget's 30 s
+    assert m.gpu_seconds(512, 32, runs=2) == 45  # S vs Q: 1,700 forwards = 44.6 s
+    clock.weights = 30 * 2**30  # a new worker copies 30 GiB (3.75 s at 8 GiB/s) and sets its engine up (20 s)
+    assert m.gpu_seconds(32, 32) == 54 and m.gpu_seconds(512, 32, runs=2) == 69
+    assert clock.sweep_seconds(10.0) == 64  # transfer + 30 s of sweeping + a decode in flight
 
 
 def test_zerogpu_is_read_from_the_environment_without_touching_cuda(monkeypatch):

@@ -16,7 +16,8 @@ Where the models live (`Runtime`):
 * a ZeroGPU Space (`SPACES_ZERO_GPU` set; app.py imports `spaces` before anything touches CUDA):
   every offered model is loaded once, at start, in the main process, in its checkpoint's dtype, and
   moved to `cuda` — ZeroGPU's pattern: `spaces` keeps the weights and attaches them to a GPU inside
-  each `@spaces.GPU` call, whose duration `gpu_seconds` sizes from the request;
+  each `@spaces.GPU` call, whose duration `gpu_seconds` sizes from the request (`ui.zerogpu`: the
+  weights' transfer, the request's forwards at the measured forward time, never below its budget);
 * a CUDA machine: loaded on first use (the default model in the background at start) onto the GPU;
 * the CPU: the same on the CPU, fp32 for small models; a model that does not fit is not offered.
 
@@ -25,19 +26,18 @@ Loaded models are shared read-only by every session (decoding never mutates them
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .zerogpu import CLOCK, ON_CALL, on_gpu, zero_gpu  # noqa: F401  (on_gpu: the handlers' decorator, from here too)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "assets" / "model"
 ENV_VAR = "LLADA_MODELS"
 SPACE_FILE = ROOT / "spaces.yaml"
 ZEROGPU_ROOM = 70 * 2**30  # VRAM of one ZeroGPU workload (an H200 slice, huggingface.co/docs/hub/spaces-zerogpu)
-SECONDS_PER_FORWARD = 0.05  # assumed for LLaDA2.1-mini in bf16 on a ZeroGPU slice (not measured here)
-GPU_SECONDS = (15, 120)  # the shortest and longest GPU slot asked for (shorter slots queue first)
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,6 @@ class Withheld:
     name: str
     path: str
     reason: str
-
-
-def zero_gpu() -> bool:
-    """A ZeroGPU Space: the platform sets SPACES_ZERO_GPU (the `spaces` package is on every Space)."""
-    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def runtime() -> Runtime:
@@ -242,6 +237,20 @@ class Models:
             except (RuntimeError, ValueError, OSError) as err:  # CheckpointError, out of memory, ...
                 self.offered.remove(model)
                 self.withheld.append(Withheld(model.name, model.path, f"failed to load: {err}"))
+        CLOCK.weights = sum(_weights(m) for m in self.offered)  # what a new GPU worker copies
+        if self.rt.kind == "zerogpu" and self.engines_on_gpu not in ON_CALL:
+            ON_CALL.append(self.engines_on_gpu)
+
+    def engines_on_gpu(self) -> None:
+        """Inside a ZeroGPU call: choose each loaded model's engine once per worker process (`ui.zerogpu`)."""
+        from llada.engine import use_engine
+
+        with self._lock:
+            pipes = list(self._loaded.values())
+        for pipe in pipes:
+            if getattr(pipe, "engine_pid", None) != os.getpid():
+                pipe.engine = use_engine(pipe.model, "auto", ids=(pipe.mask_id, pipe.eos_id))
+                pipe.engine_pid = os.getpid()
 
     def warm(self) -> threading.Thread | None:
         """Load the default model in the background, so the first run starts at once."""
@@ -263,7 +272,7 @@ class Models:
         where = "cpu" if self.rt.kind == "zerogpu" else self.rt.device
         pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, quantize=model.quantize, progress=True)
         if self.rt.kind == "zerogpu":
-            pipe.model.to("cuda")  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
+            pipe.model.to(self.rt.device)  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
         pipe.name = model.name
         return pipe
 
@@ -298,26 +307,17 @@ def _weights(model: Offered) -> int:
 
 
 def gpu_seconds(gen_length, block_length, max_post_steps=16, runs: int = 1) -> int:
-    """The GPU slot a request needs: its most forwards (every block drafts one token per forward, then
-    up to max_post_steps mask-free steps and a cache forward) at SECONDS_PER_FORWARD, within GPU_SECONDS."""
+    """The GPU slot a request needs (`ui.zerogpu.SlotClock`): its most forwards (every block drafts one token
+    per forward, then up to max_post_steps mask-free steps and a cache forward, within the request budget's
+    forwards), never less than the request budget's seconds."""
+    from . import runs as live
+
     block_length = 16 if block_length is None else block_length  # a preset's own: 16 or more here
+    budget = live.BUDGET
     try:
         gen, block, post = int(gen_length), max(int(block_length), 1), max(int(max_post_steps), 0)
     except (TypeError, ValueError, OverflowError):
-        return GPU_SECONDS[0]  # the request will be refused before any forward
+        return CLOCK.seconds(0, budget.seconds)  # the request will be refused before any forward
     blocks = -(-max(gen, 0) // block) + 1  # +1: the prompt's tail shares a block with the first tokens
-    forwards = runs * blocks * (block + post + 2)
-    return int(min(max(GPU_SECONDS[0], 10 + forwards * SECONDS_PER_FORWARD), GPU_SECONDS[1]))
-
-
-def on_gpu(fn=None, *, seconds=None):
-    """`spaces.GPU(fn, duration=seconds)` on a ZeroGPU Space, `fn` unchanged elsewhere.
-
-    seconds(*args, **kwargs) takes the handler's own arguments and returns the slot's length."""
-    if fn is None:
-        return functools.partial(on_gpu, seconds=seconds)
-    if not zero_gpu():
-        return fn
-    import spaces
-
-    return spaces.GPU(fn, duration=seconds) if seconds is not None else spaces.GPU(fn)
+    forwards = runs * min(blocks * (block + post + 2), budget.forwards)
+    return CLOCK.seconds(forwards, budget.seconds)
