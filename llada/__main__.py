@@ -106,17 +106,18 @@ def run_generate(args) -> list[dict]:
                          device=device, mask_id=args.mask_id, eos_id=args.eos_id,
                          quantize=None if args.quantize == "none" else args.quantize, progress=True,
                          engine=args.engine)
-    if pipe.engine.engine == "fast" or pipe.engine.fell_back:
-        print(pipe.engine.line(), file=sys.stderr)
     if args.batch_size is not None and args.prompts_file is None:
         raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
     if args.prompts_file is not None:
         prompts = [_line_prompt(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
-        return [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
-    ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
-    return [_result(pipe, pipe.generate(ids, cfg))]
+        out = [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
+    else:
+        ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
+        out = [_result(pipe, pipe.generate(ids, cfg))]
+    print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.engine)
+    return out
 
 
 def _result(pipe, trace) -> dict:

@@ -38,8 +38,10 @@ CHECK_TOKENS = (1, 32)
 # scale is off by O(1)
 EXPERTS_TOLERANCE = 2e-2
 ROUTER_AGREEMENT = 0.95  # share of (token, expert) choices both routers make; near-ties may flip
-# the decode check: 3 blocks of 8, greedy, editing on (tau_edit 0: every changed guess is an edit), KV cache
-CHECK_DECODE = DecodeConfig(threshold=0.5, editing_threshold=0.0, max_post_steps=2, block_length=8, gen_length=24)
+# the decode check: 3 blocks of 8, greedy, editing on, KV cache. Both thresholds at 0.5: a near-tie between
+# two tokens (p < 0.5 each), where bf16 sums in another order may flip the argmax, is never drafted or edited
+# by threshold; only the one forced draft of a forward with no confident mask can still land on one
+CHECK_DECODE = DecodeConfig(threshold=0.5, editing_threshold=0.5, max_post_steps=2, block_length=8, gen_length=24)
 CHECK_PROMPT = 6  # prompt tokens of the decode check
 
 
@@ -213,10 +215,11 @@ def _first_difference(fast, ref) -> str | None:
 
 
 def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True,
-               ids: tuple[int, int] | None = None) -> EngineReport:
+               ids: tuple[int, int] | None = None, decode: bool = True) -> EngineReport:
     """Put `model` on `engine` in place (see the module docstring); the report says what runs and why.
 
-    ids: the model's (mask id, EOS id) for the decode check (None: see `decode_check`)."""
+    ids: the model's (mask id, EOS id) for the decode check (None: see `decode_check`). decode=False skips
+    the decode check (random-weight benchmarks: near-uniform logits tie everywhere; the layer check stays)."""
     if engine not in ENGINES:
         raise EngineError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "reference":
@@ -232,29 +235,30 @@ def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True,
     to_fast(model)
     if not check:
         return EngineReport(engine, "fast", "not self-checked")
-    return _checked(model, engine, ids)
+    return _checked(model, engine, ids, decode)
 
 
 def _on_cuda(model: LLaDA2MoE) -> bool:
     return model.device.type == "cuda"
 
 
-def _checked(model: LLaDA2MoE, engine: str, ids: tuple[int, int] | None) -> EngineReport:
+def _checked(model: LLaDA2MoE, engine: str, ids: tuple[int, int] | None, with_decode: bool) -> EngineReport:
     checks, decode = [], None
     try:
         checks = self_check(model)
         if all(c["ok"] for c in checks):
-            decode = decode_check(model, ids)
+            decode = decode_check(model, ids) if with_decode else {"ok": True, "skipped": True}
     except Exception as err:  # noqa: BLE001  (a compile error, OutOfResources, a launch failure)
         checks.append({"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
                        "ok": False})
     failed = next((c for c in checks if not c["ok"]), None)
     if failed is None and decode["ok"]:
         worst = max(c["experts_rel_rmse"] for c in checks)
+        traced = "no decode check" if decode.get("skipped") else \
+            f"a {decode['tokens']}-token decode equal to the reference's"
         return EngineReport(engine, "fast", f"self-check passed: MoE layer at M = "
                                             f"{', '.join(str(c['tokens']) for c in checks)} (experts rel. RMSE <= "
-                                            f"{worst:.2g}), a {decode['tokens']}-token decode equal to the reference's",
-                            checks, decode=decode)
+                                            f"{worst:.2g}), {traced}", checks, decode=decode)
     if failed is None:
         detail = f"decode check: {decode['differs']}"
     else:

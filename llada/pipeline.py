@@ -65,11 +65,12 @@ class Pipeline:
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
-             progress: bool = False, engine: str = "auto") -> "Pipeline":
+             progress: bool = False, engine: str = "auto", decode_check: bool = True) -> "Pipeline":
         """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.memory`).
 
         quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears).
-        engine: "auto", "fast" or "reference" (`llada.engine.use_engine`; its report is `pipe.engine`)."""
+        engine: "auto", "fast" or "reference" (`llada.engine.use_engine`; its report is `pipe.engine`);
+        decode_check=False skips its decode check (random weights, where logits tie everywhere)."""
         root = Path(path)
         _, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
@@ -83,7 +84,7 @@ class Pipeline:
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
-        report = use_engine(model, engine, ids=(mask, eos))
+        report = use_engine(model, engine, ids=(mask, eos), decode=decode_check)
         pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
         pipe.engine = report
         return pipe

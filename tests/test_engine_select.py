@@ -118,6 +118,8 @@ def test_a_decode_that_differs_from_the_reference_falls_back_and_says_where(mode
     assert report.to_dict() | {"reason": ""} == {"engine": "reference", "requested": "auto", "reason": "",
                                                  "fell_back": True, "self_check": "failed"}
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
+    unchecked = use_engine(model, "auto", decode=False)  # the layer check alone misses a bug at other shapes
+    assert unchecked.engine == "fast" and unchecked.line().endswith("no decode check)") and unchecked.decode["skipped"]
 
 
 def _cli(*extra, env=None):
@@ -138,11 +140,8 @@ def test_cli_refuses_fast_without_cuda_in_one_error_line():
     assert sum(line.startswith("error:") for line in lines) == 1
 
 
-@needs_triton
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter run is the CPU's")
-def test_cli_says_on_stderr_which_engine_ran_and_its_self_check():
-    run = _cli("--engine", "fast", env=os.environ | {"TRITON_INTERPRET": "1"})
+def test_cli_says_on_stderr_which_engine_runs():
+    """The fast engine's line (its self-check) is checked in-process above; here the CLI prints the report."""
+    run = _cli("--engine", "reference")
     assert run.returncode == 0, run.stderr
-    line = next(x for x in run.stderr.splitlines() if x.startswith("engine: "))
-    assert line.startswith("engine: fast (self-check passed: MoE layer at M = 1, 32")
-    assert "a 24-token decode equal to the reference's" in line
+    assert "engine: reference (asked for)" in run.stderr.splitlines()

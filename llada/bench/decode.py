@@ -46,7 +46,7 @@ def build_model(shape: str, device: torch.device, quantize: str) -> tuple[LLaDA2
     model = random_model(ModelConfig(**sizes), device, dtype)
     if quantize == "fp8":
         quantize_model_fp8(model)  # Triton kernels and fused routers on CUDA, the references on CPU
-    use_engine(model, "auto")  # the fused kernels (bf16 or FP8 experts) on CUDA after their self-check
+    use_engine(model, "auto", decode=False)  # the fused kernels on CUDA after their layer check (random weights)
     return model, sizes
 
 
