@@ -5,6 +5,7 @@ server log holds no traceback for any of them. Gradio's upload route takes no la
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -33,16 +34,23 @@ def fn_index(demo, qualname: str) -> int:
     return found[0]
 
 
+@functools.cache
+def http() -> httpx.Client:
+    """One HTTP client for every call, as a page keeps one (each new client builds a TLS context: a second or
+    more on a loaded machine, twice per call)."""
+    return httpx.Client(timeout=120)
+
+
 def call(url: str, index: int, data: list) -> dict:
     """One queued call of event `index` with `data`, as the page's client makes it; the final message."""
     session = uuid.uuid4().hex
     body = json.dumps({"data": data, "fn_index": index, "session_hash": session, "event_data": None,
                        "trigger_id": None})  # NaN and Infinity travel as JSON's extensions, as any client may
-    joined = httpx.post(f"{url}/gradio_api/queue/join", content=body, timeout=30,
-                        headers={"content-type": "application/json"})
+    joined = http().post(f"{url}/gradio_api/queue/join", content=body, timeout=30,
+                         headers={"content-type": "application/json"})
     if joined.status_code != 200:
         return {"msg": "refused at join", "success": False, "output": {"error": joined.text}}
-    with httpx.stream("GET", f"{url}/gradio_api/queue/data", params={"session_hash": session}, timeout=120) as s:
+    with http().stream("GET", f"{url}/gradio_api/queue/data", params={"session_hash": session}) as s:
         for line in s.iter_lines():
             if line.startswith("data: "):
                 msg = json.loads(line[6:])

@@ -100,9 +100,8 @@ class Heartbeat:
     up to that long; `close` shuts the connection's socket instead, as a closing tab does, and the server
     sees the disconnect and drops the session's state."""
 
-    def __init__(self, url: str, session: str):
-        self.url, self.session = url, session
-        self.client = httpx.Client(timeout=httpx.Timeout(60, read=None))  # no read timeout: it is quiet for seconds
+    def __init__(self, client: httpx.Client, url: str, session: str):
+        self.client, self.url, self.session = client, url, session
         self.opened = threading.Event()
         self.socket: socket.socket | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -129,7 +128,6 @@ class Heartbeat:
             except OSError:
                 pass  # already closed by the server
         self.thread.join(bound)
-        self.client.close()
         return not self.thread.is_alive()
 
 
@@ -140,7 +138,8 @@ class Visitor:
         self.page, self.rng = page, random.Random(seed)
         self.requests = self.errors = self.visits = 0
         self.last_error = ""
-        self.client = httpx.Client(timeout=120)
+        self.client = httpx.Client(timeout=120)  # one client per visitor: a new one builds a TLS context (slow)
+        self.beats = httpx.Client(timeout=httpx.Timeout(60, read=None))  # the heartbeat is quiet for seconds
 
     def call(self, session: str, dep: dict, data: list) -> dict:
         self.requests += 1
@@ -168,7 +167,7 @@ class Visitor:
 
     def visit(self) -> None:
         session, page = uuid.uuid4().hex, self.page
-        beat = Heartbeat(page.url, session)
+        beat = Heartbeat(self.beats, page.url, session)
         prompt = self.rng.choice(PROMPTS)
         run = page.event("generate", "click")
         self.call(session, run, page.data(run, prompt=prompt, gen_length=32))
@@ -180,8 +179,8 @@ class Visitor:
             compare = page.event("run-compare", "click")
             self.call(session, compare, page.data(compare, prompt=prompt, gen_length=32))
         self.requests += 1
-        api = httpx.post(f"{page.url}/gradio_api/call/generate", timeout=60,
-                         json={"data": [prompt, "S", None, None, False, None, 32, ""]})
+        api = self.client.post(f"{page.url}/gradio_api/call/generate", timeout=60,
+                               json={"data": [prompt, "S", None, None, False, None, 32, ""]})
         if api.status_code == 200:
             event = api.json()["event_id"]
             with self.client.stream("GET", f"{page.url}/gradio_api/call/generate/{event}") as stream:
