@@ -14,7 +14,7 @@ Loading (`load_model`) never holds a second copy of the weights:
    tensor by tensor straight into its place (`llada.shards`): an expert's matrices land in their slice
    of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
    bf16: each expert is quantized (128x128 tiles, `llada.kernels.quantize_weight_fp8`) as it is read.
-   A directory written by `python -m llada.quantize` (`llada.fp8_checkpoint`) holds the fp8 experts and
+   A directory written by `python -m llada.fp8_checkpoint` (`llada.fp8_format`) holds the fp8 experts and
    their scales already: they are read straight into the FP8 buffers, nothing is quantized.
 
 Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
@@ -32,7 +32,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from . import fp8_checkpoint, memory
+from . import fp8_format, memory
 from .config import ConfigError, ModelConfig, read_json
 from .model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
@@ -90,7 +90,7 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
     out = {}
     for key, t in model.state_dict().items():
         m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
-        if not m or t.dtype == fp8_checkpoint.FP8:  # FP8 experts are stored stacked, as they run
+        if not m or t.dtype == fp8_format.FP8:  # FP8 experts are stored stacked, as they run
             out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
             continue
         E, N, K = t.shape
@@ -282,7 +282,7 @@ def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
 
 def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
     try:
-        fp8_checkpoint.check_entries(slots)
+        fp8_format.check_entries(slots)
     except ValueError as err:
         raise CheckpointError(str(err)) from None
     return slots
@@ -291,10 +291,10 @@ def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
 def _stored_fp8(root: Path, raw: dict, device: torch.device) -> bool:
     """True for an FP8 directory (`llada.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
     try:
-        stored = fp8_checkpoint.stored_fp8(raw, str(root / "config.json"))
+        stored = fp8_format.stored_fp8(raw, str(root / "config.json"))
     except ValueError as err:
         raise CheckpointError(str(err)) from None
-    why = fp8_checkpoint.fp8_refusal(device) if stored else None
+    why = fp8_format.fp8_refusal(device) if stored else None
     if why:
         raise CheckpointError(f"{root}: refused before loading: {why}")
     return stored
@@ -311,7 +311,7 @@ def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
             continue
         if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
             raise CheckpointError("an fp8-quantized model cannot be saved here: save the model before quantizing it, "
-                                  "then write its FP8 checkpoint with python -m llada.quantize SRC DST")
+                                  "then write its FP8 checkpoint with python -m llada.fp8_checkpoint SRC DST")
         if not m:
             out[hf_name(key)] = t.detach().contiguous()
             continue

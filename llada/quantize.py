@@ -12,13 +12,12 @@ PyTorch else.
 Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
 to another device is fine).
 
-The offline converter, as gpt-fast has one: `python -m llada.quantize SRC DST` writes SRC's experts
-once as FP8 into DST, which then loads as FP8 directly (`llada.fp8_checkpoint`).
+The offline converter, as gpt-fast has one, is `llada.fp8_checkpoint`: `python -m llada.fp8_checkpoint SRC
+DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly (`llada.fp8_format`).
 """
 
 from __future__ import annotations
 
-import sys
 
 import torch
 from torch import nn
@@ -141,8 +140,3 @@ def quantize_model_fp8(model: LLaDA2MoE, impl: str = "auto", dense: bool = False
             _quantize_linears(layer.mlp, impl)  # dense SwiGLU or the shared experts (router is not a Linear)
     return model
 
-
-if __name__ == "__main__":
-    from .fp8_checkpoint import main
-
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""FP8 checkpoints (`python -m llada.quantize SRC DST`): written once, loaded as FP8 directly, bit for bit what
+"""FP8 checkpoints (`python -m llada.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for bit what
 quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada import fp8_checkpoint, kernels, memory
+from llada import fp8_checkpoint, fp8_format, kernels, memory
 from llada.checkpoint import CheckpointError, load_model
 from llada.config import DecodeConfig
 from llada.decode import generate
@@ -46,7 +46,7 @@ def test_the_round_trip_equals_quantizing_at_load_bit_for_bit(fp8_dir, fixture_d
     assert all(isinstance(layer.mlp.experts, FP8Experts) for layer in stored.layers[1:])  # layer 0 is dense
     assert stored.layers[1].mlp.experts.w13.dtype == torch.float8_e4m3fn
     raw = json.loads((fp8_dir / "config.json").read_text())
-    assert raw["quantization_config"]["layout"] == fp8_checkpoint.LAYOUT
+    assert raw["quantization_config"]["layout"] == fp8_format.LAYOUT
     assert (fp8_dir / "README.md").read_text() == (fixture_dir / "README.md").read_text()  # other files copied
     cfg = DecodeConfig(gen_length=16, block_length=8)
     runs = [generate(m, [33, 243, 171], cfg, 258, 257) for m in (at_load, stored)]
@@ -76,7 +76,7 @@ def test_a_gpu_without_fp8_is_refused_before_cuda_is_touched(fp8_dir, monkeypatc
         load_model(fp8_dir, device="cuda")
     h100 = devices.DeviceSpec("NVIDIA H100 80GB HBM3", 90, 132, 232_448)
     monkeypatch.setattr(devices, "spec_of", lambda device=None: h100)
-    assert fp8_checkpoint.fp8_refusal(torch.device("cuda")) is None
+    assert fp8_format.fp8_refusal(torch.device("cuda")) is None
 
 
 def test_an_expert_stored_in_another_dtype_or_another_format_is_refused(tmp_path, fp8_dir):
@@ -97,7 +97,7 @@ def test_an_expert_stored_in_another_dtype_or_another_format_is_refused(tmp_path
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "llada.quantize", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llada.fp8_checkpoint", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
 
 

@@ -118,7 +118,7 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
     from llada import memory
     from llada.checkpoint import CheckpointError, read_config
-    from llada.fp8_checkpoint import stored_fp8
+    from llada.fp8_format import stored_fp8
     from llada.presets import PresetError, load_presets
 
     root = Path(path)
