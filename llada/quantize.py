@@ -18,7 +18,6 @@ DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
