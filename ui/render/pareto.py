@@ -165,7 +165,7 @@ def figure(points: list[Point], title: str = "Accuracy vs TPF", subtitle: str = 
                        "xaxis": AXIS | {"title": {"text": "TPF: tokens per forward (faster →)"}},
                        "yaxis": AXIS | {"title": {"text": "accuracy (%)"}, "range": accuracy_range(points)}}
     if not points:
-        layout["annotations"] = [{"text": "No points yet: choose a grid and press Run sweep.", "showarrow": False,
+        layout["annotations"] = [{"text": "No points yet:<br>choose a grid and press Run sweep.", "showarrow": False,
                                   "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 14}}]
     return go.Figure({"data": traces, "layout": layout}, skip_invalid=True)
 
