@@ -14,6 +14,8 @@ Loading (`load_model`) never holds a second copy of the weights:
    tensor by tensor straight into its place (`llada.shards`): an expert's matrices land in their slice
    of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
    bf16: each expert is quantized (128x128 tiles, `llada.kernels.quantize_weight_fp8`) as it is read.
+   A directory written by `python -m llada.quantize` (`llada.fp8_checkpoint`) holds the fp8 experts and
+   their scales already: they are read straight into the FP8 buffers, nothing is quantized.
 
 Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
 naming the file and the tensor or key.
@@ -30,7 +32,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from . import memory
+from . import fp8_checkpoint, memory
 from .config import ConfigError, ModelConfig, read_json
 from .model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
@@ -88,7 +90,7 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
     out = {}
     for key, t in model.state_dict().items():
         m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
-        if not m:
+        if not m or t.dtype == fp8_checkpoint.FP8:  # FP8 experts are stored stacked, as they run
             out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
             continue
         E, N, K = t.shape
@@ -170,15 +172,20 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
     root, device = Path(path), torch.device(device)
     if quantize not in (None, *QUANTIZE):
         raise ValueError(f"unknown quantization {quantize!r}; choose fp8 or fp8-dense")
-    cfg, _ = read_config(root)
+    cfg, raw = read_config(root)
+    stored = _stored_fp8(root, raw, device)
+    quantize = quantize or ("fp8" if stored else None)
     dtype = dtype or memory.default_dtype(cfg, device)
     why = memory.does_not_fit(cfg, dtype, device, quantize)
     if why:
         raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
     with torch.device("meta"):
         model = LLaDA2MoE(cfg).to(dtype)
-    slots = plan(root, model)
-    sinks = _fp8_sinks(model, device) if quantize else {}
+    if stored:  # the fp8 experts and their scales are tensors of the files, read as they are
+        _fp8_experts(model)
+        slots = _checked_fp8(plan(root, model))
+    slots = slots if stored else plan(root, model)  # bf16 experts in the files, quantized as they arrive
+    sinks = {} if stored or not quantize else {key: _FP8Sink(e, dtype) for key, e in _fp8_experts(model).items()}
     _materialize(model, device)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.word_embeddings.weight
@@ -254,11 +261,11 @@ class _FP8Sink:
             del self.pending[e]
 
 
-def _fp8_sinks(model: LLaDA2MoE, device: torch.device) -> dict[str, _FP8Sink]:
-    """Swap every (meta) Experts for an FP8Experts of empty fp8 buffers; their sinks by runtime key."""
+def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
+    """Swap every (meta) Experts for an FP8Experts of empty fp8 buffers; they by runtime key (w13 and w2)."""
     from .quantize import FP8Experts
 
-    sinks = {}
+    out = {}
     for i, layer in enumerate(model.layers):
         experts = getattr(layer.mlp, "experts", None)
         if not isinstance(experts, Experts):
@@ -269,9 +276,28 @@ def _fp8_sinks(model: LLaDA2MoE, device: torch.device) -> dict[str, _FP8Sink]:
         layer.mlp.experts = FP8Experts.from_quantized(
             t(E, I2, H), t(E, tiles(I2), tiles(H), dtype=torch.float32),
             t(E, H, I2 // 2), t(E, tiles(H), tiles(I2 // 2), dtype=torch.float32))
-        sink = _FP8Sink(layer.mlp.experts, model.dtype)
-        sinks[f"layers.{i}.mlp.experts.w13"] = sinks[f"layers.{i}.mlp.experts.w2"] = sink
-    return sinks
+        out[f"layers.{i}.mlp.experts.w13"] = out[f"layers.{i}.mlp.experts.w2"] = layer.mlp.experts
+    return out
+
+
+def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
+    try:
+        fp8_checkpoint.check_entries(slots)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    return slots
+
+
+def _stored_fp8(root: Path, raw: dict, device: torch.device) -> bool:
+    """True for an FP8 directory (`llada.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
+    try:
+        stored = fp8_checkpoint.stored_fp8(raw, str(root / "config.json"))
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    why = fp8_checkpoint.fp8_refusal(device) if stored else None
+    if why:
+        raise CheckpointError(f"{root}: refused before loading: {why}")
+    return stored
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
@@ -284,7 +310,8 @@ def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
         if key == "lm_head.weight" and model.config.tie_word_embeddings:
             continue
         if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
-            raise CheckpointError("an fp8-quantized model cannot be saved: save the model before quantizing it")
+            raise CheckpointError("an fp8-quantized model cannot be saved here: save the model before quantizing it, "
+                                  "then write its FP8 checkpoint with python -m llada.quantize SRC DST")
         if not m:
             out[hf_name(key)] = t.detach().contiguous()
             continue

@@ -7,11 +7,14 @@
     engine="auto"        fast on CUDA when its self-check passes, the reference otherwise
 
 `use_engine(model, engine)` swaps the modules in place (the same Parameter objects: nothing is
-copied) and, for the fast engine, runs `self_check`: one MoE layer of *this* model at M = 1 and 32
-tokens through both paths, the experts compared on the same routing (relative RMSE), the routers on
-the experts they pick. A kernel that does not compile or load, or a mismatch, puts the reference back
-("auto") or raises `EngineError` ("fast" was asked for); the returned `EngineReport` says which engine
-runs and why, in one line. Without CUDA, "fast" runs the kernels under Triton's interpreter when
+copied) and, for the fast engine, runs the self-check on *this* model: `self_check`, one MoE layer at
+M = 1 and 32 tokens through both paths, the experts compared on the same routing (relative RMSE), the
+routers on the experts they pick; then `decode_check`, a short greedy decode (CHECK_DECODE: a few
+blocks, editing on) on the fast engine and again on the reference, whose traces must be equal (output
+ids, and the active block before every decode forward: the same tokens at the same steps). A kernel
+that does not compile or load, or a mismatch, puts the reference back ("auto") or raises `EngineError`
+("fast" was asked for); the returned `EngineReport` says which engine runs and why, in one line
+(`line()`: the CLI prints it on stderr, the playground beside its stats, the API in its stats). Without CUDA, "fast" runs the kernels under Triton's interpreter when
 TRITON_INTERPRET=1 was set before triton was imported, and is refused otherwise.
 """
 
@@ -23,6 +26,7 @@ import torch
 from torch import nn
 
 from . import kernels
+from .config import DecodeConfig
 from .kernels.reference import rel_rmse
 from .model import Experts, LLaDA2MoE, Router
 from .quantize import FP8Experts, FusedRouter
@@ -34,6 +38,9 @@ CHECK_TOKENS = (1, 32)
 # scale is off by O(1)
 EXPERTS_TOLERANCE = 2e-2
 ROUTER_AGREEMENT = 0.95  # share of (token, expert) choices both routers make; near-ties may flip
+# the decode check: 3 blocks of 8, greedy, editing on (tau_edit 0: every changed guess is an edit), KV cache
+CHECK_DECODE = DecodeConfig(threshold=0.5, editing_threshold=0.0, max_post_steps=2, block_length=8, gen_length=24)
+CHECK_PROMPT = 6  # prompt tokens of the decode check
 
 
 class EngineError(ValueError):
@@ -47,9 +54,17 @@ class EngineReport:
     reason: str  # one line
     checks: list[dict] = field(default_factory=list)  # per M: experts_rel_rmse, router_agreement, ok
     fell_back: bool = False  # a CUDA model that could have run the fast engine runs the reference
+    decode: dict | None = None  # the decode check: tokens, blocks, forwards, ok (and where it differed)
 
     def line(self) -> str:
         return f"engine: {self.engine} ({self.reason})"
+
+    def to_dict(self) -> dict:
+        """What the API's stats carry: engine, requested, reason, fell_back, self_check (passed / failed / none)."""
+        ran = bool(self.checks) or self.decode is not None
+        ok = all(c.get("ok") for c in self.checks) and (self.decode or {}).get("ok", True)
+        return {"engine": self.engine, "requested": self.requested, "reason": self.reason,
+                "fell_back": self.fell_back, "self_check": ("passed" if ok else "failed") if ran else "none"}
 
 
 class FusedExperts(nn.Module):
@@ -158,8 +173,50 @@ def _agreement(a: torch.Tensor, b: torch.Tensor) -> float:
     return same.float().mean().item()
 
 
-def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True) -> EngineReport:
-    """Put `model` on `engine` in place (see the module docstring); the report says what runs and why."""
+@torch.no_grad()
+def decode_check(model: LLaDA2MoE, ids: tuple[int, int] | None = None, cfg: DecodeConfig = CHECK_DECODE) -> dict:
+    """A short decode of `model` (on the fast engine) and of the reference; equal traces or where they part.
+
+    ids: the model's (mask id, EOS id); None: the vocabulary's last two ids (any pair of ids checks the same
+    arithmetic). The prompt is CHECK_PROMPT fixed ids; the model is back on the fast engine afterwards."""
+    from .decode import generate
+
+    vocab = model.config.vocab_size
+    mask, eos = ids if ids is not None else (vocab - 1, vocab - 2)
+    prompt = [t for t in ((k * 7919 + 11) % vocab for k in range(2 * CHECK_PROMPT)) if t not in (mask, eos)]
+    prompt = prompt[:CHECK_PROMPT]
+    fast = generate(model, prompt, cfg, mask, eos)
+    to_reference(model)
+    try:
+        ref = generate(model, prompt, cfg, mask, eos)
+    finally:
+        to_fast(model)
+    out = {"tokens": cfg.gen_length, "blocks": -(-cfg.gen_length // cfg.block_length),
+           "forwards": ref.num_decode_forwards, "ok": True}
+    differs = _first_difference(fast, ref)
+    if differs:
+        out |= {"ok": False, "differs": differs}
+    return out
+
+
+def _first_difference(fast, ref) -> str | None:
+    """Where two traces part, in words (None when equal: the same block states at every step, same output)."""
+    a, b = fast.block_states_before_each_forward(), ref.block_states_before_each_forward()
+    for step, (x, y) in enumerate(zip(a, b), 1):
+        if x != y:
+            return f"the active block before decode forward {step} is {x} on the fast engine, {y} on the reference"
+    if len(a) != len(b):
+        return f"{len(a)} decode forwards on the fast engine, {len(b)} on the reference"
+    if fast.output_ids != ref.output_ids:
+        return f"output {fast.output_ids} on the fast engine, {ref.output_ids} on the reference"
+    return None
+
+
+def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True,
+               ids: tuple[int, int] | None = None) -> EngineReport:
+    """Put `model` on `engine` in place (see the module docstring); the report says what runs and why.
+
+    ids: the model's (mask id, EOS id) for the decode check (None: see `decode_check`)."""
     if engine not in ENGINES:
         raise EngineError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "reference":
@@ -175,28 +232,37 @@ def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True) -> En
     to_fast(model)
     if not check:
         return EngineReport(engine, "fast", "not self-checked")
-    return _checked(model, engine)
+    return _checked(model, engine, ids)
 
 
 def _on_cuda(model: LLaDA2MoE) -> bool:
     return model.device.type == "cuda"
 
 
-def _checked(model: LLaDA2MoE, engine: str) -> EngineReport:
+def _checked(model: LLaDA2MoE, engine: str, ids: tuple[int, int] | None) -> EngineReport:
+    checks, decode = [], None
     try:
         checks = self_check(model)
+        if all(c["ok"] for c in checks):
+            decode = decode_check(model, ids)
     except Exception as err:  # noqa: BLE001  (a compile error, OutOfResources, a launch failure)
-        checks = [{"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
-                   "ok": False}]
-    if all(c["ok"] for c in checks):
+        checks.append({"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
+                       "ok": False})
+    failed = next((c for c in checks if not c["ok"]), None)
+    if failed is None and decode["ok"]:
         worst = max(c["experts_rel_rmse"] for c in checks)
-        return EngineReport(engine, "fast", f"self-check passed at M = {', '.join(str(c['tokens']) for c in checks)}:"
-                                            f" experts rel. RMSE <= {worst:.2g}", checks)
-    failed = next(c for c in checks if not c["ok"])
-    detail = failed.get("error") or (f"M = {failed['tokens']}: experts rel. RMSE {failed['experts_rel_rmse']:.3g}, "
-                                     f"router agreement {failed['router_agreement']:.2f}")
+        return EngineReport(engine, "fast", f"self-check passed: MoE layer at M = "
+                                            f"{', '.join(str(c['tokens']) for c in checks)} (experts rel. RMSE <= "
+                                            f"{worst:.2g}), a {decode['tokens']}-token decode equal to the reference's",
+                            checks, decode=decode)
+    if failed is None:
+        detail = f"decode check: {decode['differs']}"
+    else:
+        detail = failed.get("error") or (f"M = {failed['tokens']}: experts rel. RMSE "
+                                         f"{failed['experts_rel_rmse']:.3g}, router agreement "
+                                         f"{failed['router_agreement']:.2f}")
     to_reference(model)
     if engine == "fast":
         raise EngineError(f"the fast engine failed its self-check ({detail})")
     return EngineReport(engine, "reference", f"the fast engine failed its self-check ({detail}); "
-                                             "running the PyTorch reference", checks, fell_back=True)
+                                             "running the PyTorch reference", checks, fell_back=True, decode=decode)

@@ -83,7 +83,7 @@ class Pipeline:
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
-        report = use_engine(model, engine)
+        report = use_engine(model, engine, ids=(mask, eos))
         pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
         pipe.engine = report
         return pipe

@@ -11,9 +11,14 @@ decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto"
 PyTorch else.
 Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
 to another device is fine).
+
+The offline converter, as gpt-fast has one: `python -m llada.quantize SRC DST` writes SRC's experts
+once as FP8 into DST, which then loads as FP8 directly (`llada.fp8_checkpoint`).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from torch import nn
@@ -135,3 +140,9 @@ def quantize_model_fp8(model: LLaDA2MoE, impl: str = "auto", dense: bool = False
             _quantize_linears(layer.attention, impl)
             _quantize_linears(layer.mlp, impl)  # dense SwiGLU or the shared experts (router is not a Linear)
     return model
+
+
+if __name__ == "__main__":
+    from .fp8_checkpoint import main
+
+    sys.exit(main())

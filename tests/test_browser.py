@@ -83,6 +83,7 @@ def test_run_shows_every_position_in_a_state(page):
     stats = page.inner_text("#stats")
     for word in ("forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"):
         assert word in stats
+    assert "engine: reference (the model is on cpu)" in stats  # which MoE engine ran, under the numbers
     page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
 
 

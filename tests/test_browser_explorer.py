@@ -75,6 +75,7 @@ def app_url(tiny_model_dir, tmp_path_factory, cache_dir):
 
 def open_explorer(browser, url: str, viewport: str = "desktop", dark: bool = False):
     page = browser.new_page(viewport=VIEWPORTS[viewport])
+    page.set_default_timeout(90_000)  # clicks and reads wait this long for their element on a loaded machine
     page.goto(url + ("?__theme=dark" if dark else ""), wait_until="load")
     page.get_by_role("tab", name="Score | TPF").click()
     page.wait_for_selector("#explorer-run", timeout=60_000)
@@ -153,7 +154,7 @@ def test_a_second_visit_shows_the_cached_points_at_once(browser, app_url):
     measured(first := open_explorer(browser, app_url))
     first.close()
     page = open_explorer(browser, app_url)
-    wait_progress(page, "All 11 points of this grid come from the cache", 30_000)
+    wait_progress(page, "All 11 points of this grid come from the cache", 90_000)
     assert table_rows(page) == POINTS and len(chart_points(page)) == POINTS
     page.close()
 
@@ -179,6 +180,13 @@ def test_a_chart_click_loads_its_point(browser, app_url):
     page = open_explorer(browser, app_url)
     measured(page)
     chart_points(page)
+    # the chart stands still (same box over half a second) before a pixel of it is read and clicked
+    page.wait_for_function("""() => {
+        const r = document.querySelector('#explorer-chart .js-plotly-plot').getBoundingClientRect();
+        const box = [r.left, r.top, r.width, r.height].join(), same = window.chartBox === box;
+        window.chartBox = box;
+        return same;
+    }""", polling=500, timeout=90_000)
     # the pixel of a point no other point covers, by Plotly's own axis transforms
     where = page.evaluate("""() => {
         const gd = document.querySelector('#explorer-chart .js-plotly-plot');
@@ -205,11 +213,11 @@ def test_stop_ends_a_sweep_and_keeps_its_points(browser, app_url):
     page = open_explorer(browser, app_url)
     open_more(page)
     set_number(page, "explorer-n", 9)  # items no other test uses: 99 decodes, longer than the wait for a point
-    wait_progress(page, "No point of this grid", 30_000)
+    wait_progress(page, "No point of this grid", 90_000)
     page.click("#explorer-run")
     wait_progress(page, "^Sweeping .*: [1-9]\\d* of 11 points", 120_000)
     page.click("#explorer-stop")
-    wait_progress(page, "^Stopped", 30_000)
+    wait_progress(page, "^Stopped", 90_000)
     found = int(re.search(r"(\d+) of 11 points", progress(page)).group(1))
     assert 0 < found < POINTS and table_rows(page) == found and len(chart_points(page)) == found
     page.close()

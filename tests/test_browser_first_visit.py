@@ -42,6 +42,7 @@ def app_url(tmp_path_factory):
 
 def open_page(browser, app_url, viewport: str, theme: str):
     page = browser.new_page(viewport=VIEWPORTS[viewport])
+    page.set_default_timeout(90_000)  # clicks and reads wait this long for their element on a loaded machine
     page.goto(app_url + THEMES[theme], wait_until="load")
     page.wait_for_selector("#prompt textarea", timeout=60_000)
     return page
@@ -61,8 +62,10 @@ def luminance(page, selector: str, prop: str) -> float:
 @pytest.mark.parametrize("theme", list(THEMES))
 def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     page = open_page(browser, app_url, viewport, theme)
-    for hook in ("#prompt textarea", "#generate"):
-        assert page.locator(hook).bounding_box()["y"] < VIEWPORTS[viewport]["height"]  # above the fold
+    # above the fold, both read in one frame once the first layout has settled there
+    page.wait_for_function("""height => ['#prompt textarea', '#generate']
+        .every(h => document.querySelector(h).getBoundingClientRect().top < height)""",
+                           arg=VIEWPORTS[viewport]["height"], timeout=60_000)
     page.locator("#examples button", has_text="Code (S)").first.click()
     wait_done(page)
     assert page.input_value("#prompt textarea") == "def inc(tuyul):\n"
@@ -70,8 +73,8 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     assert output == "    tuyul = tuyul + 1\n    return tuyul\n"  # the shipped model's answer, S mode
     # the slow replay starts from step 0 and walks forward on its own
     page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 1", timeout=60_000)
-    box = page.locator("#canvas").bounding_box()
-    assert box["y"] < page.evaluate("window.scrollY + window.innerHeight")  # the canvas is in view
+    page.wait_for_function("document.querySelector('#canvas').getBoundingClientRect().top"
+                           " < window.scrollY + window.innerHeight", timeout=60_000)  # the canvas is in view
     ink, paper = luminance(page, "#canvas", "color"), luminance(page, "#canvas", "backgroundColor")
     assert (ink > paper + 0.4) if theme == "dark" else (paper > ink + 0.4)  # text reads on its card
     page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=60_000)
@@ -94,7 +97,7 @@ def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
     page.wait_for_function("""() => {
         const [s, q] = ['#canvas-s', '#canvas-q'].map(i => document.querySelector(i).getBoundingClientRect());
         return s.height > 0 && q.top >= s.bottom - 1;
-    }""", timeout=30_000)
+    }""", timeout=90_000)
     page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare-phone.png"))
     page.close()
 

@@ -41,6 +41,7 @@ def learn_url(tiny_model_dir):
 def page(request, browser, learn_url):  # noqa: F811 - browser is the imported fixture
     viewport, theme = request.param
     page = browser.new_page(viewport=VIEWPORTS[viewport])
+    page.set_default_timeout(90_000)  # clicks and reads wait this long for their element on a loaded machine
     page.dialogs = []
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
     page.goto(learn_url + ("?__theme=dark" if theme == "dark" else ""), wait_until="load")
@@ -152,12 +153,13 @@ def test_s_vs_q_side_by_side_with_a_verdict_in_either_theme(page, lessons):
     verdict = page.inner_text("#learn-stats .verdict")
     assert "S needs" in verdict and "fewer forwards" in verdict and "S is wrong, Q is right" in verdict
     hold(page, 2)
-    a, b = (page.locator(f"#{i}").bounding_box() for i in ("canvas-learn", "canvas-learn-b"))
-    if page.viewport_size["width"] < 500:  # a phone stacks the two runs
-        assert b["y"] >= a["y"] + a["height"] - 1 and a["width"] > 300
-    else:
-        assert abs(a["y"] - b["y"]) < 2 and b["x"] > a["x"] + a["width"] - 1
-    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]  # no sideways scroll
+    # both boxes and the page width are read in one frame, waited for: a canvas still settling cannot tear the reading
+    stacked = page.viewport_size["width"] < 500  # a phone stacks the two runs
+    page.wait_for_function("""stacked => {
+        const [a, b] = ['#canvas-learn', '#canvas-learn-b'].map(i => document.querySelector(i).getBoundingClientRect());
+        const side = stacked ? b.top >= a.bottom - 1 && a.width > 300 : Math.abs(a.top - b.top) < 2 && b.left > a.right - 1;
+        return side && document.documentElement.scrollWidth <= window.innerWidth;  // and no sideways scroll
+    }""", arg=stacked, timeout=90_000)
     ink = page.evaluate(f"getComputedStyle({NARRATION}).color")
     light = luminance(ink) > 0.5
     assert light == page.name.endswith("dark")  # the narration's text follows the theme

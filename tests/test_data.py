@@ -130,9 +130,11 @@ def test_one_liners_and_docstring_only_functions_are_skipped():
 
 def test_a_completion_is_checked_for_parsing_and_scope():
     area = fns()["7"]
-    assert code.check_completion(area, "    return width * height\n") == (True, True, ())
-    assert code.check_completion(area, "    return width * depth\n") == (True, False, ("depth",))
-    assert code.check_completion(area, "    return width *\n") == (False, False, ())
+    assert code.check_completion(area, "    return width * height\n") == (True, True, (), 1)
+    assert code.check_completion(area, "    return width * depth\n") == (True, False, ("depth",), 1)
+    assert code.check_completion(area, "    return width *\n") == (False, False, (), 0)
+    two = "    size = width * height\n\n    return (\n        size\n    )\n"  # a blank line and a wrapped return
+    assert code.check_completion(area, two).body_lines == 5
     assert code.check_completion(area, "")[:2] == (False, False)  # a docstring alone is not a completion
     assert code.check_completion(area, "    import math\n    return math.pi * width\n").in_scope
     hyp = fns()["12"]
@@ -143,7 +145,7 @@ def test_a_star_import_leaves_the_scope_unknown():
     source = "from os.path import *\n\ndef j(a):\n    \"\"\"Join.\"\"\"\n    return join(a, a)\n"
     (fn,) = code.functions_of("m.py", source)
     assert fn.scope is None and not code.is_eval_item(fn)
-    assert code.check_completion(fn, fn.body) == (True, False, ())
+    assert code.check_completion(fn, fn.body)[:3] == (True, False, ())
 
 
 def test_code_items_come_only_from_held_out_files(tmp_path):

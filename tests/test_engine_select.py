@@ -66,6 +66,8 @@ def test_fast_engine_passes_its_self_check_and_decodes_the_golden_trace(model, g
     report = use_engine(model, "fast")
     assert report.engine == "fast" and "self-check passed" in report.reason
     assert [c["tokens"] for c in report.checks] == [1, 32] and all(c["ok"] for c in report.checks)
+    assert report.decode["ok"] and report.decode["blocks"] == 3 and report.decode["forwards"] >= 3
+    assert "decode equal to the reference's" in report.line() and report.to_dict()["self_check"] == "passed"
     assert all(isinstance(g, FusedRouter) and isinstance(e, FusedExperts) for g, e in moe_modules(model))
     assert list(model.state_dict()) == keys  # the same parameters under the same names
     case = golden["generate"][6]  # 10 forwards with EOS early stop: the cheapest golden case
@@ -96,6 +98,28 @@ def test_a_failing_fast_path_falls_back_and_says_why(model, monkeypatch, fault, 
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
 
 
+def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto"):
+    """Right at the self-check's M = 1 and 32, wrong elsewhere (a tile mask bug at other token counts)."""
+    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights)
+    return out if x.shape[0] in engine.CHECK_TOKENS else -4 * out
+
+
+@needs_triton
+def test_a_decode_that_differs_from_the_reference_falls_back_and_says_where(model, monkeypatch):
+    monkeypatch.setattr(engine.kernels, "fused_moe_bf16", _wrong_at_decode_shapes)
+    with pytest.raises(EngineError, match="failed its self-check \\(decode check: .* on the reference"):
+        use_engine(model, "fast")
+    assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
+    monkeypatch.setattr(engine, "_on_cuda", lambda m: True)
+    report = use_engine(model, "auto")
+    assert report.engine == "reference" and report.fell_back and all(c["ok"] for c in report.checks)
+    assert not report.decode["ok"] and "decode forward" in report.decode["differs"]
+    assert report.line().startswith("engine: reference (the fast engine failed its self-check (decode check:")
+    assert report.to_dict() | {"reason": ""} == {"engine": "reference", "requested": "auto", "reason": "",
+                                                 "fell_back": True, "self_check": "failed"}
+    assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
+
+
 def _cli(*extra, env=None):
     args = [sys.executable, "-m", "llada", "generate", "--model", str(ROOT / "tests/fixtures/llada2_tiny_ref"),
             "--prompt-ids", "33,243,171", "--gen-length", "4", "--block-length", "4", "--mask-id", "258", "--eos-id", "257", "--json",
@@ -112,3 +136,13 @@ def test_cli_refuses_fast_without_cuda_in_one_error_line():
     lines = run.stderr.strip().splitlines()
     assert lines[-1].startswith("error: the fast engine runs on a CUDA GPU") and "Traceback" not in run.stderr
     assert sum(line.startswith("error:") for line in lines) == 1
+
+
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter run is the CPU's")
+def test_cli_says_on_stderr_which_engine_ran_and_its_self_check():
+    run = _cli("--engine", "fast", env=os.environ | {"TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stderr.splitlines() if x.startswith("engine: "))
+    assert line.startswith("engine: fast (self-check passed: MoE layer at M = 1, 32")
+    assert "a 24-token decode equal to the reference's" in line

@@ -13,7 +13,7 @@ from code_corpus import write_tree
 
 KEYS = {"threshold", "editing_threshold", "accuracy", "tpf", "tps", "edits_per_100", "tasks"}  # UI_CONTRACT.md
 ADDED = {"mbe_runs"}  # added beside them: share of block-crossing runs in which MBE edited an earlier block
-CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "tpf", "tps", "edits_per_100", "mbe_runs"}
+CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "multi_line", "tpf", "tps", "edits_per_100", "mbe_runs"}
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,9 @@ def test_code_track_has_its_json_shape(pipe, held_out):
     report = codetrack.evaluate_code(pipe, held_out[:3], modes=["S", "S_noedit", "S_MBE"], gen_length=8,
                                      progress=False)
     assert report["n"] == 3 and report["gen_length"] == 8
-    assert report["reference"] == {"parses": 1.0, "in_scope": 1.0}  # the held-out bodies pass their own checks
+    assert report["reference"]["parses"] == report["reference"]["in_scope"] == 1.0  # the bodies pass their own checks
+    lines = [len([x for x in it.body.splitlines() if x.strip()]) for it in held_out[:3]]
+    assert report["reference"]["multi_line"] == sum(n >= 2 for n in lines) / 3
     assert list(report["modes"]) == ["S", "S_noedit", "S_MBE"]
     for name, mode in report["modes"].items():
         assert set(mode) == CODE_KEYS, name
@@ -120,6 +122,8 @@ def test_code_track_scores_what_the_model_wrote(pipe, held_out, monkeypatch):
     monkeypatch.setattr(codetrack, "decode_texts", decode_texts)
     mode = codetrack.evaluate_code(pipe, held_out, modes=["Q"], gen_length=8, progress=False)["modes"]["Q"]
     assert mode["parses"] == 2 / 5 and mode["in_scope"] == 1 / 5
+    first = len([x for x in held_out[0].body.splitlines() if x.strip()])
+    assert mode["multi_line"] == (first >= 2) / 5  # the one-line `return undefined_name` is not multi-line
 
 
 def test_the_report_keeps_its_shape_without_the_code_track(pipe):

@@ -18,7 +18,8 @@ from llada.config import ModelConfig
 from llada.model import LLaDA2MoE
 from llada.pipeline import Pipeline
 from llada.train.build import model_config
-from llada.train.cli import main, parse_args
+from llada.card.command import main
+from llada.train.cli import parse_args
 from llada.train.export import MAX_SHARD_BYTES, plan_shards, save_sharded
 from llada.train.loop import PRESETS, preset_config, save_dir, setup, train, train_step
 from llada.train.recipes import OFFICIAL_DECODING, TRAINING_PRESETS, param_counts

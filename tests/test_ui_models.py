@@ -8,6 +8,7 @@ import pytest
 
 from llada.replica import replica_config
 from ui import models as m
+from ui import zerogpu
 from ui.playground.run import generate_ui
 
 GIB = 2**30
@@ -75,6 +76,36 @@ def test_a_model_that_does_not_fit_is_not_offered_and_says_why(tmp_path, tiny_mo
     assert big.offered[0].note.startswith("bfloat16, 16.26 B parameters")
 
 
+FLASH = dict(hidden_size=4096, num_hidden_layers=32, moe_intermediate_size=1024, intermediate_size=9216,
+             num_attention_heads=32, num_key_value_heads=4, head_dim=128)  # LLaDA2.1-flash's sizes (102.9 B)
+
+
+def test_flash_is_offered_in_fp8_where_only_fp8_fits(tmp_path):
+    flash = tmp_path / "flash"
+    flash.mkdir()
+    (flash / "config.json").write_text(json.dumps(replica_config("mini", **FLASH)))  # no weights at all
+    h200 = m.Models([("inclusionAI/LLaDA2.1-flash", str(flash))], rt=m.Runtime("cuda", "cuda", 139 * GIB, fp8=True))
+    (offered,) = h200.offered
+    assert offered.quantize == "fp8"
+    assert offered.note == "bfloat16 with FP8 experts (quantized at load), 102.89 B parameters, 98.67 GiB"
+    a100 = m.Models([("flash", str(flash))], rt=m.Runtime("cuda", "cuda", 139 * GIB, fp8=False))
+    assert not a100.offered and "need 191.6 GiB in bfloat16 but cuda has 139.0 GiB" in a100.withheld[0].reason
+    zero = m.Models([("flash", str(flash))], rt=m.Runtime("zerogpu", "cuda", m.ZEROGPU_ROOM, fp8=True))
+    assert not zero.offered and "98.7 GiB in bfloat16 with fp8 experts but cuda has 70.0 GiB" in zero.withheld[0].reason
+
+
+def test_an_fp8_checkpoint_is_sized_in_fp8_and_withheld_on_a_gpu_without_it(tmp_path, tiny_model_dir):
+    from llada.fp8_checkpoint import convert
+
+    convert(tiny_model_dir, tmp_path / "fp8")
+    cpu = m.Models([("tiny-fp8", str(tmp_path / "fp8"))], rt=CPU16)
+    assert cpu.offered[0].quantize == "fp8" and "with FP8 experts," in cpu.offered[0].note
+    pipe = cpu.get("tiny-fp8")
+    assert type(pipe.model.layers[-1].mlp.experts).__name__ == "FP8Experts"
+    a100 = m.Models([("tiny-fp8", str(tmp_path / "fp8"))], rt=m.Runtime("cuda", "cuda", 80 * GIB, fp8=False))
+    assert "an FP8 checkpoint needs a GPU of compute capability 8.9 or later" in a100.withheld[0].reason
+
+
 def test_models_share_the_room(tmp_path, tiny_model_dir):
     import torch
 
@@ -130,11 +161,40 @@ def test_path_of_accepts_only_offered_names(tiny_model_dir):
     assert models.get("tiny-random").name == "tiny-random"
 
 
-def test_gpu_slots_are_sized_from_the_request():
+def test_gpu_slots_are_sized_from_the_request(monkeypatch):
+    from ui import runs
+
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget())  # the app's: 30 s a request (the tests' own is longer)
+    budget = runs.BUDGET.seconds
     short, long = m.gpu_seconds(32, 32), m.gpu_seconds(512, 32)
-    assert m.GPU_SECONDS[0] <= short < long <= m.GPU_SECONDS[1]
-    assert m.gpu_seconds(128, 32, runs=2) > m.gpu_seconds(128, 32)
-    assert m.gpu_seconds(10**6, 4) == m.GPU_SECONDS[1] and m.gpu_seconds("x", None) == m.GPU_SECONDS[0]
+    assert budget <= short <= long <= zerogpu.MAX_SLOT  # never below the request budget
+    assert m.gpu_seconds(128, 4, runs=2) >= m.gpu_seconds(128, 4)
+    assert m.gpu_seconds(10**6, 4) == zerogpu.MAX_SLOT and m.gpu_seconds("x", None) >= budget
+
+
+def _trace(*seconds):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(records=[SimpleNamespace(kind="decode", seconds=s) for s in seconds])
+
+
+def test_slots_follow_the_forward_time_measured_on_the_first_gpu_call(monkeypatch):
+    from ui import runs
+
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=1024, seconds=30.0))
+    clock = zerogpu.SlotClock()
+    monkeypatch.setattr(m, "CLOCK", clock)
+    # 512 tokens in blocks of 32: 17 blocks x (32 + 16 post + 2) = 850 forwards
+    assert m.gpu_seconds(512, 32) == zerogpu.MAX_SLOT  # at the assumed 0.12 s a forward: over the longest slot
+    clock.observe(_trace(9.0, 0.020, 0.022, 0.021, 0.021))  # the first call: a compile, then forwards of ~21 ms
+    assert clock.per_forward == 0.021
+    clock.observe(_trace(0.5, 0.5, 0.5))  # kept: later calls do not move it
+    assert clock.per_forward == 0.021
+    assert m.gpu_seconds(512, 32) == 30  # 850 x 0.021 x 1.25 = 22 s: the budget's 30 s
+    assert m.gpu_seconds(512, 32, runs=2) == 45  # S vs Q: 1,700 forwards = 44.6 s
+    clock.weights = 30 * 2**30  # a new worker copies 30 GiB (3.75 s at 8 GiB/s) and sets its engine up (20 s)
+    assert m.gpu_seconds(32, 32) == 54 and m.gpu_seconds(512, 32, runs=2) == 69
+    assert clock.sweep_seconds(10.0) == 64  # transfer + 30 s of sweeping + a decode in flight
 
 
 def test_zerogpu_is_read_from_the_environment_without_touching_cuda(monkeypatch):
@@ -142,7 +202,7 @@ def test_zerogpu_is_read_from_the_environment_without_touching_cuda(monkeypatch)
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("CUDA touched before spaces"))
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    assert m.runtime() == m.Runtime("zerogpu", "cuda", m.ZEROGPU_ROOM)
+    assert m.runtime() == m.Runtime("zerogpu", "cuda", m.ZEROGPU_ROOM, fp8=True)  # an H200 slice
     monkeypatch.setenv("SPACES_ZERO_GPU", "")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert m.runtime().kind == "cpu"  # a CPU Space: `spaces` is installed there too, but it is not ZeroGPU

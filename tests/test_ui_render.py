@@ -25,6 +25,10 @@ def test_stats_and_edit_log():
     assert shown.strip() and log["old"].tolist() == [visible(TEXTS[HTML]), shown] and log["new"].tolist() == [shown, TEXTS[EOS]]
     assert len(trace.edit_events()) == 2
     assert "forwards 6" in tables.stats_line(trace) and "MBE edits 1" in tables.stats_line(trace)
+    line = "engine: reference (the fast engine failed its self-check (M = 1: <x> & y); running the PyTorch reference)"
+    shown = tables.stats_line(trace, engine=line)
+    assert shown.startswith(tables.stats_line(trace) + "  \n") and "(M = 1: &lt;x&gt; &amp; y)" in shown
+    assert tables.stats_line(None, engine=line) == "No run yet."
 
 
 def test_stats_table_and_diff():

@@ -6,14 +6,18 @@ in the local hub cache (a Space downloads them when it is built; nothing is down
 their repo id (`inclusionAI/LLaDA2.1-mini`). Every candidate is checked before anything is loaded —
 config.json, presets.json, and whether its weights fit where they would live (estimated from
 config.json by `llada.memory`) — and is either offered or withheld with the reason, shown under the
-model selector. A broken model never stops the app from starting.
+model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
+8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
+experts is offered with them (quantized while it loads); an FP8 checkpoint (`python -m llada.quantize`)
+is sized in FP8 everywhere and withheld on a GPU without FP8.
 
 Where the models live (`Runtime`):
 
 * a ZeroGPU Space (`SPACES_ZERO_GPU` set; app.py imports `spaces` before anything touches CUDA):
   every offered model is loaded once, at start, in the main process, in its checkpoint's dtype, and
   moved to `cuda` — ZeroGPU's pattern: `spaces` keeps the weights and attaches them to a GPU inside
-  each `@spaces.GPU` call, whose duration `gpu_seconds` sizes from the request;
+  each `@spaces.GPU` call, whose duration `gpu_seconds` sizes from the request (`ui.zerogpu`: the
+  weights' transfer, the request's forwards at the measured forward time, never below its budget);
 * a CUDA machine: loaded on first use (the default model in the background at start) onto the GPU;
 * the CPU: the same on the CPU, fp32 for small models; a model that does not fit is not offered.
 
@@ -22,19 +26,18 @@ Loaded models are shared read-only by every session (decoding never mutates them
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .zerogpu import CLOCK, ON_CALL, on_gpu, zero_gpu  # noqa: F401  (on_gpu: the handlers' decorator, from here too)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "assets" / "model"
 ENV_VAR = "LLADA_MODELS"
 SPACE_FILE = ROOT / "spaces.yaml"
 ZEROGPU_ROOM = 70 * 2**30  # VRAM of one ZeroGPU workload (an H200 slice, huggingface.co/docs/hub/spaces-zerogpu)
-SECONDS_PER_FORWARD = 0.05  # assumed for LLaDA2.1-mini in bf16 on a ZeroGPU slice (not measured here)
-GPU_SECONDS = (15, 120)  # the shortest and longest GPU slot asked for (shorter slots queue first)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Runtime:
     kind: str  # "zerogpu", "cuda" or "cpu"
     device: str  # where the weights are used
     room: int | None = None  # bytes the models may take there (None: ask the device when needed)
+    fp8: bool = False  # the GPU runs FP8 kernels (sm89 and later)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Offered:
     path: str
     dtype: object  # torch.dtype the weights load in
     note: str  # "bfloat16, 16.3 B parameters, 30.4 GiB"
+    quantize: str | None = None  # "fp8": routed experts in FP8 (quantized at load, or stored so)
 
 
 @dataclass(frozen=True)
@@ -59,17 +64,16 @@ class Withheld:
     reason: str
 
 
-def zero_gpu() -> bool:
-    """A ZeroGPU Space: the platform sets SPACES_ZERO_GPU (the `spaces` package is on every Space)."""
-    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def runtime() -> Runtime:
-    if zero_gpu():
-        return Runtime("zerogpu", "cuda", ZEROGPU_ROOM)  # CUDA is not touched in the main process
+    if zero_gpu():  # CUDA is not touched in the main process; the slice is an H200 (sm90: FP8)
+        return Runtime("zerogpu", "cuda", ZEROGPU_ROOM, fp8=True)
     import torch
 
-    return Runtime("cuda", "cuda") if torch.cuda.is_available() else Runtime("cpu", "cpu")
+    if not torch.cuda.is_available():
+        return Runtime("cpu", "cpu")
+    from llada.kernels.devices import spec_of
+
+    return Runtime("cuda", "cuda", fp8=spec_of(torch.device("cuda")).fp8)
 
 
 def model_dirs(cli: list[str] | None = None, env: str | None = None,
@@ -114,25 +118,41 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
     from llada import memory
     from llada.checkpoint import CheckpointError, read_config
+    from llada.fp8_checkpoint import stored_fp8
     from llada.presets import PresetError, load_presets
 
     root = Path(path)
     try:
         cfg, raw = read_config(root)
         load_presets(root)
-    except (CheckpointError, PresetError) as err:
+        stored = stored_fp8(raw, str(root / "config.json"))
+    except (CheckpointError, PresetError, ValueError) as err:
         return Withheld(name or root.name, path, str(err))
     name = name or str(raw.get("name") or root.name)
     dtype = memory.default_dtype(cfg, rt.device)
-    why = memory.does_not_fit(cfg, dtype, rt.device, room=room)
+    quantize, why = _sized(cfg, dtype, rt, room, stored)
     if rt.kind == "zerogpu" and not why:  # the weights are read into host memory first
-        why = memory.does_not_fit(cfg, dtype, "cpu")
+        why = memory.does_not_fit(cfg, dtype, "cpu", quantize)
     if why:
         return Withheld(name, path, f"not offered on this {rt.kind.upper()} machine: {why}")
     params = sum(cfg.parameter_counts().values())
-    size = memory.weight_bytes(cfg, dtype) / 2**30
-    return Offered(name, path, dtype, f"{str(dtype).removeprefix('torch.')}, {params / 1e9:.2f} B parameters, "
-                                      f"{size:.2f} GiB")
+    size = memory.weight_bytes(cfg, dtype, quantize) / 2**30
+    kind = str(dtype).removeprefix("torch.") + (" with FP8 experts" + ("" if stored else " (quantized at load)")
+                                                if quantize else "")
+    return Offered(name, path, dtype, f"{kind}, {params / 1e9:.2f} B parameters, {size:.2f} GiB", quantize)
+
+
+def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: bool) -> tuple[str | None, str | None]:
+    """(quantize, why not): as saved; FP8 experts on an FP8 GPU where only they fit; why it cannot load."""
+    from llada import memory
+
+    if stored and rt.kind != "cpu" and not rt.fp8:
+        return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
+    why = memory.does_not_fit(cfg, dtype, rt.device, "fp8" if stored else None, room=room)
+    if not why or stored or not rt.fp8:
+        return ("fp8" if stored else None), why
+    why_fp8 = memory.does_not_fit(cfg, dtype, rt.device, "fp8", room=room)
+    return ("fp8", None) if why_fp8 is None else (None, why_fp8)  # its sizes say "with fp8 experts"
 
 
 @dataclass
@@ -217,6 +237,20 @@ class Models:
             except (RuntimeError, ValueError, OSError) as err:  # CheckpointError, out of memory, ...
                 self.offered.remove(model)
                 self.withheld.append(Withheld(model.name, model.path, f"failed to load: {err}"))
+        CLOCK.weights = sum(_weights(m) for m in self.offered)  # what a new GPU worker copies
+        if self.rt.kind == "zerogpu" and self.engines_on_gpu not in ON_CALL:
+            ON_CALL.append(self.engines_on_gpu)
+
+    def engines_on_gpu(self) -> None:
+        """Inside a ZeroGPU call: choose each loaded model's engine once per worker process (`ui.zerogpu`)."""
+        from llada.engine import use_engine
+
+        with self._lock:
+            pipes = list(self._loaded.values())
+        for pipe in pipes:
+            if getattr(pipe, "engine_pid", None) != os.getpid():
+                pipe.engine = use_engine(pipe.model, "auto", ids=(pipe.mask_id, pipe.eos_id))
+                pipe.engine_pid = os.getpid()
 
     def warm(self) -> threading.Thread | None:
         """Load the default model in the background, so the first run starts at once."""
@@ -236,9 +270,9 @@ class Models:
         from llada.pipeline import Pipeline
 
         where = "cpu" if self.rt.kind == "zerogpu" else self.rt.device
-        pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, progress=True)
+        pipe = Pipeline.load(model.path, dtype=model.dtype, device=where, quantize=model.quantize, progress=True)
         if self.rt.kind == "zerogpu":
-            pipe.model.to("cuda")  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
+            pipe.model.to(self.rt.device)  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
         pipe.name = model.name
         return pipe
 
@@ -269,30 +303,21 @@ def _weights(model: Offered) -> int:
     from llada.checkpoint import read_config
 
     cfg, _ = read_config(Path(model.path))
-    return memory.weight_bytes(cfg, model.dtype)
+    return memory.weight_bytes(cfg, model.dtype, model.quantize)
 
 
 def gpu_seconds(gen_length, block_length, max_post_steps=16, runs: int = 1) -> int:
-    """The GPU slot a request needs: its most forwards (every block drafts one token per forward, then
-    up to max_post_steps mask-free steps and a cache forward) at SECONDS_PER_FORWARD, within GPU_SECONDS."""
+    """The GPU slot a request needs (`ui.zerogpu.SlotClock`): its most forwards (every block drafts one token
+    per forward, then up to max_post_steps mask-free steps and a cache forward, within the request budget's
+    forwards), never less than the request budget's seconds."""
+    from . import runs as live
+
     block_length = 16 if block_length is None else block_length  # a preset's own: 16 or more here
+    budget = live.BUDGET
     try:
         gen, block, post = int(gen_length), max(int(block_length), 1), max(int(max_post_steps), 0)
     except (TypeError, ValueError, OverflowError):
-        return GPU_SECONDS[0]  # the request will be refused before any forward
+        return CLOCK.seconds(0, budget.seconds)  # the request will be refused before any forward
     blocks = -(-max(gen, 0) // block) + 1  # +1: the prompt's tail shares a block with the first tokens
-    forwards = runs * blocks * (block + post + 2)
-    return int(min(max(GPU_SECONDS[0], 10 + forwards * SECONDS_PER_FORWARD), GPU_SECONDS[1]))
-
-
-def on_gpu(fn=None, *, seconds=None):
-    """`spaces.GPU(fn, duration=seconds)` on a ZeroGPU Space, `fn` unchanged elsewhere.
-
-    seconds(*args, **kwargs) takes the handler's own arguments and returns the slot's length."""
-    if fn is None:
-        return functools.partial(on_gpu, seconds=seconds)
-    if not zero_gpu():
-        return fn
-    import spaces
-
-    return spaces.GPU(fn, duration=seconds) if seconds is not None else spaces.GPU(fn)
+    forwards = runs * min(blocks * (block + post + 2), budget.forwards)
+    return CLOCK.seconds(forwards, budget.seconds)

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,46 @@ class Page:
         return [given.get(self.elem.get(i), self.values.get(i)) for i in dep["inputs"]]
 
 
+class Heartbeat:
+    """A tab's heartbeat: GET /gradio_api/heartbeat/SESSION held open (read in a thread) while the tab is open.
+
+    The server says ALIVE only every 15 s or so, so waiting for the reader to notice would hold each visit
+    up to that long; `close` shuts the connection's socket instead, as a closing tab does, and the server
+    sees the disconnect and drops the session's state."""
+
+    def __init__(self, url: str, session: str):
+        self.url, self.session = url, session
+        self.client = httpx.Client(timeout=httpx.Timeout(60, read=None))  # no read timeout: it is quiet for seconds
+        self.opened = threading.Event()
+        self.socket: socket.socket | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            with self.client.stream("GET", f"{self.url}/gradio_api/heartbeat/{self.session}") as stream:
+                self.socket = stream.extensions["network_stream"].get_extra_info("socket")
+                self.opened.set()
+                for _ in stream.iter_raw():
+                    pass
+        except httpx.HTTPError:
+            pass  # the connection was shut under the reader: the tab is closed
+        finally:
+            self.opened.set()
+
+    def close(self, bound: float = 90.0) -> bool:
+        """Drop the connection; True once the reader has ended (within `bound` seconds)."""
+        self.opened.wait(bound)
+        if self.socket is not None:
+            try:
+                self.socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the server
+        self.thread.join(bound)
+        self.client.close()
+        return not self.thread.is_alive()
+
+
 class Visitor:
     """One simulated visitor: visits one after another, each a new session with its own heartbeat."""
 
@@ -127,9 +168,7 @@ class Visitor:
 
     def visit(self) -> None:
         session, page = uuid.uuid4().hex, self.page
-        closed = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(session, closed), daemon=True)
-        beat.start()
+        beat = Heartbeat(page.url, session)
         prompt = self.rng.choice(PROMPTS)
         run = page.event("generate", "click")
         self.call(session, run, page.data(run, prompt=prompt, gen_length=32))
@@ -150,18 +189,9 @@ class Visitor:
                     pass
         else:
             self.fail(f"/generate: {api.status_code}")
-        closed.set()  # the tab closes: its heartbeat ends
-        beat.join(timeout=30)
+        if not beat.close():  # the tab closes: its heartbeat connection drops at once
+            self.fail("heartbeat: the stream did not end when its connection closed")
         self.visits += 1
-
-    def _heartbeat(self, session: str, closed: threading.Event) -> None:
-        try:
-            with httpx.stream("GET", f"{self.page.url}/gradio_api/heartbeat/{session}", timeout=None) as stream:
-                for _ in stream.iter_raw():
-                    if closed.is_set():
-                        return
-        except httpx.HTTPError:
-            pass
 
 
 def soak(minutes: float, visitors: int, every: float, model: str | None, port: int, visits: int | None = None,

@@ -59,6 +59,7 @@ class CodeScore(NamedTuple):
     parses: bool
     in_scope: bool
     unknown: tuple[str, ...]  # names read that are not in scope (empty when it does not parse)
+    body_lines: int = 0  # source lines of the function's statements, docstring left out (0: does not parse)
 
 
 def bound_names(nodes: Iterable[ast.AST], into_defs: bool) -> set[str]:
@@ -167,6 +168,12 @@ def _has_code(fn: ast.AST) -> bool:
     return len(fn.body) > int(_is_docstring(fn.body[0]))
 
 
+def _body_lines(fn: ast.AST) -> int:
+    """Source lines spanned by the function's statements after its docstring."""
+    body = fn.body[int(_is_docstring(fn.body[0])):]
+    return body[-1].end_lineno - body[0].lineno + 1
+
+
 def read_names(fn: ast.AST) -> set[str]:
     """Names a function reads (loads), default values and decorators included."""
     return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -182,10 +189,10 @@ def check_completion(item: CodeFunction, completion: str) -> CodeScore:
     if fn is None or not _has_code(fn):
         return CodeScore(False, False, ())  # an empty completion leaves a docstring-only function: not counted
     if item.scope is None:
-        return CodeScore(True, False, ())
+        return CodeScore(True, False, (), _body_lines(fn))
     allowed = BUILTIN_NAMES | item.scope | bound_names([fn], into_defs=True)
     unknown = tuple(sorted(read_names(fn) - allowed))
-    return CodeScore(True, not unknown, unknown)
+    return CodeScore(True, not unknown, unknown, _body_lines(fn))
 
 
 def is_eval_item(item: CodeFunction, max_prompt: int = 400, max_body: int = 400) -> bool:

@@ -6,6 +6,8 @@ the signature and the docstring, the model writes the body (`code.py`). Per mode
     parses      share of completions with which the function parses (`ast.parse`)
     in_scope    share that parse and read only names in scope (builtins, the module's names, the
                 enclosing functions' names, names bound in the function)
+    multi_line  share that parse with a body of two lines or more (docstring left out): a one-line
+                `return ...` parses easily, a body that does several things is the harder target
     tpf, tps, edits_per_100, mbe_runs   as in the task track
 
 and `reference` scores the held-out functions' own bodies the same way: the ceiling of the checks
@@ -13,8 +15,8 @@ and `reference` scores the held-out functions' own bodies the same way: the ceil
 
 JSON, under the report's "code" key:
 
-    {"n": N, "gen_length": G, "reference": {"parses": .., "in_scope": ..},
-     "modes": {"S": {"threshold": .., "editing_threshold": .., "parses": .., "in_scope": .., "tpf": ..,
+    {"n": N, "gen_length": G, "reference": {"parses": .., "in_scope": .., "multi_line": ..},
+     "modes": {"S": {"threshold": .., "editing_threshold": .., "parses": .., "in_scope": .., "multi_line": .., "tpf": ..,
                      "tps": .., "edits_per_100": .., "mbe_runs": ..}, ...}}
 """
 
@@ -35,10 +37,12 @@ from .tally import MODES, Tally, mode_config, run_tally
 class CodeTally(Tally):
     parses: int = 0
     in_scope: int = 0
+    multi_line: int = 0
 
     def code_summary(self) -> dict:
         base = self.summary()
-        return {"parses": self.parses / max(self.items, 1), "in_scope": self.in_scope / max(self.items, 1),
+        n = max(self.items, 1)
+        return {"parses": self.parses / n, "in_scope": self.in_scope / n, "multi_line": self.multi_line / n,
                 **{k: base[k] for k in ("tpf", "tps", "edits_per_100", "mbe_runs")}}
 
 
@@ -52,7 +56,8 @@ def reference_scores(items: list[CodeFunction]) -> dict:
     """The checks applied to the functions' own bodies."""
     scores = [check_completion(it, it.body) for it in items]
     n = max(len(items), 1)
-    return {"parses": sum(s.parses for s in scores) / n, "in_scope": sum(s.in_scope for s in scores) / n}
+    return {"parses": sum(s.parses for s in scores) / n, "in_scope": sum(s.in_scope for s in scores) / n,
+            "multi_line": sum(s.parses and s.body_lines >= 2 for s in scores) / n}
 
 
 def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = None, gen_length: int = 128,
@@ -69,7 +74,7 @@ def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = Non
         for item, (text, result, seconds) in zip(items, decode_texts(pipe, [it.prompt for it in items], cfg, batch)):
             score = check_completion(item, text)
             tally.add(CodeTally(**(asdict(run_tally(result, cfg)) | {"seconds": seconds}), parses=int(score.parses),
-                                in_scope=int(score.in_scope)))
+                                in_scope=int(score.in_scope), multi_line=int(score.parses and score.body_lines >= 2)))
         bar.update(len(items))
         out[mode] = {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, **tally.code_summary()}
         bar.set_postfix(mode=mode, parses=f"{out[mode]['parses']:.2f}")
@@ -79,13 +84,15 @@ def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = Non
 
 def format_code_table(code: dict) -> str:
     """Markdown table of the code track: one row per mode."""
-    head = ["mode", "tau_mask", "tau_edit", "parses %", "in scope %", "TPF", "TPS", "edits/100", "MBE runs %"]
+    head = ["mode", "tau_mask", "tau_edit", "parses %", "in scope %", "≥ 2 lines %", "TPF", "TPS", "edits/100",
+            "MBE runs %"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in code["modes"].items():
-        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['parses']:.1f}", f"{100 * m['in_scope']:.1f}",
-                 f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
+        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['parses']:.1f}",
+                 f"{100 * m['in_scope']:.1f}", f"{100 * m.get('multi_line', 0):.1f}", f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     ref = code["reference"]
     return (f"code track: {code['n']} held-out functions, gen_length {code['gen_length']} "
-            f"(their own bodies: parses {100 * ref['parses']:.0f}%, in scope {100 * ref['in_scope']:.0f}%)\n\n"
+            f"(their own bodies: parses {100 * ref['parses']:.0f}%, in scope {100 * ref['in_scope']:.0f}%, "
+            f"≥ 2 lines {100 * ref.get('multi_line', 0):.0f}%)\n\n"
             + "\n".join(lines))

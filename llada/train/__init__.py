@@ -6,5 +6,6 @@
 `recipes` names the presets and sizes them, `corpus` reads the installed Python source, `bpe` trains
 the tokenizer, `data` lays out rows, `build` puts corpus, tokenizer, rows and model together,
 `objective` is the M2T + T2T loss, `experts` the grouped-GEMM MoE used in training, `loop` trains,
-`export` writes sharded safetensors, `logs` the loss files, `card` the model card, `cli` the command.
+`export` writes sharded safetensors, `logs` the loss files, `cli` the command's training half (its
+evaluation and model card live in `llada/card/`, above training and evaluation).
 """

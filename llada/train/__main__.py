@@ -1,3 +1,4 @@
-from .cli import main
+"""`python -m llada.train`: the training command (llada/train/cli.py), then its evaluation and card (llada/card/)."""
+from ..card.command import main
 
 main()

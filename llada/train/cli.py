@@ -10,6 +10,10 @@
 estimated number of steps); `--no-eval` stops after saving; `--resume` continues a stopped run in
 --out; `--eval-only` evaluates a run trained earlier and writes its card. Every training command is
 appended to OUT/commands.txt, which the card quotes.
+
+This module does the training half (build, train, save) and hands a `Trained` value on; the last two
+steps, evaluate and card, live in `llada/card/`, above training and evaluation, which never import
+each other. `python -m llada.train` (`__main__.py`) runs `llada.card.command.main`, both halves.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import argparse
 import json
 import shlex
 import sys
-import time
 from dataclasses import fields
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -91,47 +95,6 @@ def plan(run) -> str:
         + (f" (bounded at {tc.steps:,})" if tc.steps else "")])
 
 
-def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
-    """Load the saved directory like any checkpoint; both eval tracks and the code samples."""
-    from ..eval.codetrack import evaluate_code, held_out_items
-    from ..eval.harness import CODE_PROMPTS, code_samples, evaluate
-    from ..data.tasks import TASKS
-    from ..pipeline import Pipeline
-
-    pipe = Pipeline.load(tc.out, device=summary["device_type"])
-    report = evaluate(pipe, list(TASKS), tc.eval_n, tc.seed)
-    items = held_out_items(tc.code_n, tc.seed, summary["data"]["roots"]) if tc.code_n else []
-    if items:
-        report["code"] = evaluate_code(pipe, items, gen_length=tc.eval_gen_length)
-    prompts = (list(CODE_PROMPTS) + [it.prompt for it in items])[:tc.samples]
-    return report, code_samples(pipe, prompts, "S", tc.eval_gen_length)
-
-
-def checkpoint_parse_rates(out: Path, summary: dict, n: int, seed: int) -> None:
-    """Add "parses" (Q mode, n held-out functions) to each curve point whose checkpoint copy exists."""
-    from ..eval.codetrack import evaluate_code, held_out_items
-    from ..pipeline import Pipeline
-
-    items = held_out_items(n, seed, summary["data"]["roots"])
-    for point in summary.get("curve", []):
-        path = out / "checkpoints" / point.get("dir", f"{point['minutes']:05.1f}min")
-        if path.exists():
-            code = evaluate_code(Pipeline.load(path), items, ["Q"], summary["config"]["eval_gen_length"])
-            point["parses"] = round(code["modes"]["Q"]["parses"], 4)
-            print(f"checkpoint {path.name}: Q parses {point['parses']:.1%} of {len(items)}", flush=True)
-
-
-def pilot_curves(dirs: str) -> list[dict]:
-    """{"name", "parameters", "active", "curve"} of each pilot run directory (from its training.json)."""
-    out = []
-    for d in filter(None, dirs.split(",")):
-        s = json.loads((Path(d) / "training.json").read_text())
-        c = s["config"]
-        out.append({"name": f"pilot hidden {c['hidden']}, {c['layers']} layers", "parameters": s["parameters"],
-                    "active": s["active_parameters"], "curve": s.get("curve", [])})
-    return out
-
-
 COMMANDS = "commands.txt"  # every command that trained OUT, one a line (a resumed run has several)
 
 
@@ -143,34 +106,35 @@ def record_command(out: Path, argv: list[str]) -> str:
     return (out / COMMANDS).read_text().rstrip("\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+class Trained(NamedTuple):
+    """A saved run whose evaluation and card come next (what `run_command` hands to `llada/card/`)."""
+    tc: TrainConfig
+    summary: dict  # training.json as trained (or as read back with --eval-only)
+    commands: str  # OUT/commands.txt: every command that trained OUT, one a line
+    pilots: str  # --pilots: comma list of pilot run directories
+    checkpoint_code_n: int  # --eval-only --checkpoint-code-n N: Q parse rate per checkpoint (0: none)
+
+
+def trained_earlier(tc: TrainConfig, args: argparse.Namespace) -> Trained:
+    """--eval-only: the run in --out, read back from its training.json and commands.txt."""
+    out = Path(tc.out)
+    if not (out / "training.json").exists():
+        sys.exit(f"--eval-only: {out / 'training.json'} does not exist (train into --out first)")
+    summary = json.loads((out / "training.json").read_text())
+    torch.set_num_threads(tc.threads)
+    commands = (out / COMMANDS).read_text().rstrip("\n") if (out / COMMANDS).exists() else ""
+    return Trained(tc, summary, commands, args.pilots, args.checkpoint_code_n)
+
+
+def run_command(argv: list[str]) -> Trained | None:
+    """Plan, train and save (or read back a run with --eval-only); None when the command stops before the card."""
     tc, args = parse_args(argv)
     if args.dry_run:
         print(plan(setup(tc, progress=True)))
-        return
-    out = Path(tc.out)
+        return None
     if args.eval_only:
-        if not (out / "training.json").exists():
-            sys.exit(f"--eval-only: {out / 'training.json'} does not exist (train into --out first)")
-        summary = json.loads((out / "training.json").read_text())
-        torch.set_num_threads(tc.threads)
-        if args.checkpoint_code_n:
-            checkpoint_parse_rates(out, summary, args.checkpoint_code_n, tc.seed)
-        commands = (out / COMMANDS).read_text().rstrip("\n") if (out / COMMANDS).exists() else ""
-    else:
-        commands = record_command(out, argv)
-        summary = train(tc, on_ready=lambda run: print(plan(run), flush=True), resume=args.resume)
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-        if args.no_eval:
-            return
-    from .card import write_card
-
-    t0 = time.perf_counter()
-    report, samples = evaluate_trained(tc, summary)
-    summary["eval_seconds"] = round(time.perf_counter() - t0, 1)
-    (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
-    card = write_card(out, summary, report, samples, commands, pilot_curves(args.pilots))
-    print(f"wrote {card}")
+        return trained_earlier(tc, args)
+    commands = record_command(Path(tc.out), argv)
+    summary = train(tc, on_ready=lambda run: print(plan(run), flush=True), resume=args.resume)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    return None if args.no_eval else Trained(tc, summary, commands, args.pilots, 0)

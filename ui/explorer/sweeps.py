@@ -39,6 +39,7 @@ DEFAULTS = {"tau_masks": ["0.05", "0.3", "0.5", "0.7", "0.9"], "tau_edits": ["of
 N_LIMITS = (1, 25)
 MAX_DECODES = 4_000  # per sweep (~5 min of the shipped model on one CPU core); more items: the command line
 SWEEP_SECONDS = 300.0  # per sweep request; finished points are cached, Run sweep again continues
+TIME_UP = "time budget reached"  # the note of a sweep stopped by its seconds (llada.eval.sweep)
 DECODE_BUDGET = Budget(forwards=min(BUDGET.forwards, 256), seconds=10.0)
 PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
@@ -171,8 +172,10 @@ def sweep_free() -> str:
     return "Waiting for a decode slot…"
 
 
-def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edits, mbe, tasks, n, block_length):
-    """Run one sweep (one at a time per server), streaming the growing chart and the progress line."""
+def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edits, mbe, tasks, n, block_length,
+              seconds: float = SWEEP_SECONDS):
+    """Run one sweep (one at a time per server) for at most `seconds`, streaming the growing chart and the
+    progress line (a sweep stopped by that time says TIME_UP; its finished points are cached)."""
     try:
         spec = spec_of(tau_masks, tau_edits, mbe, tasks, n, block_length)
         model_path = models.checked_path(model_path)
@@ -184,18 +187,18 @@ def run_sweep(models: Models, cache: SweepCache, model_path, tau_masks, tau_edit
         return
     try:
         pipe = models.get(model_path)
-        yield from _stream(pipe, spec, cache, str(model_path or models.default))
+        yield from _stream(pipe, spec, cache, str(model_path or models.default), seconds)
     except Exception as err:  # noqa: BLE001 - refused or failed: told in the progress line
         yield told(err)
     finally:
         SWEEP_LOCK.release()
 
 
-def _stream(pipe, spec: SweepSpec, cache: SweepCache, model_path: str):
+def _stream(pipe, spec: SweepSpec, cache: SweepCache, model_path: str, seconds: float = SWEEP_SECONDS):
     name = pipe.name
     due, drawn, subtitle = Throttle(PROGRESS_INTERVAL_S), -1, subtitle_of(name, spec)
     progress = None
-    for progress in sweep(pipe, spec, cache, DECODE_BUDGET, SWEEP_SECONDS, MAX_DECODES):
+    for progress in sweep(pipe, spec, cache, DECODE_BUDGET, seconds, MAX_DECODES):
         if progress.status != "running":
             break
         grew = len(progress.points) != drawn

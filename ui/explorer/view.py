@@ -24,13 +24,16 @@ from llada.data.tasks import TASKS
 
 from .. import ASSETS
 from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
-from ..models import GPU_SECONDS, Models, on_gpu
+from ..models import Models
+from ..zerogpu import CLOCK, SWEEP_CALL_S, on_gpu, split_sweep, zero_gpu
 from ..render import pareto
 from ..settings import LIMITS, presets_of
-from .sweeps import (CACHE_ENV, DEFAULTS, LOCK_WAIT_S, N_LIMITS, SWEEP_LOCK, TAU_EDITS, TAU_MASKS, ExplorerFrame,
-                     load_point, run_sweep, show_cached, sweep_free)
+from .sweeps import (CACHE_ENV, DECODE_BUDGET, DEFAULTS, LOCK_WAIT_S, N_LIMITS, SWEEP_LOCK, SWEEP_SECONDS, TAU_EDITS,
+                     TAU_MASKS, TIME_UP, ExplorerFrame, load_point, run_sweep, show_cached, sweep_free)
 
 INTRO = ASSETS / "explorer.md"
+
+SWEEP_CALLS = -(-int(SWEEP_SECONDS) // int(SWEEP_CALL_S))  # ZeroGPU: a sweep request's GPU calls at most
 
 
 def build_view(models: Models, defaults: dict | None = None) -> SimpleNamespace:
@@ -84,9 +87,15 @@ def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: 
                       n=p.n, block_length=p.block_length)  # the names run_sweep and show_cached take
     outputs = [getattr(p, name) for name in ExplorerFrame._fields]
 
-    @on_gpu(seconds=lambda _: GPU_SECONDS[1])  # the longest slot: finished points are cached if it runs out
+    @on_gpu(seconds=lambda _: CLOCK.sweep_seconds(DECODE_BUDGET.seconds))
+    def run_call(data: dict):  # one GPU call of at most SWEEP_CALL_S of sweeping; its points are cached
+        yield from run_sweep(models, cache, **settings.values(data), seconds=SWEEP_CALL_S)
+
     def run(data: dict):
-        yield from run_sweep(models, cache, **settings.values(data))
+        if not zero_gpu():
+            yield from run_sweep(models, cache, **settings.values(data))
+            return
+        yield from split_sweep(run_call, data, SWEEP_CALLS, more=lambda f: TIME_UP in str(f.progress))
 
     def cached(data: dict):
         return show_cached(models, cache, **settings.values(data))

@@ -33,24 +33,27 @@ def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, ge
         raise problem(err).error() from None
     due = Throttle(1 / CHART_FPS)
     try:
-        yield "", api_stats(run.trace), run.trace
+        yield "", api_stats(run.trace, run.pipe), run.trace
         for record in run.records:
             if record.kind == "decode" and due.due():
-                yield partial_text(run), api_stats(run.trace), run.trace
+                yield partial_text(run), api_stats(run.trace, run.pipe), run.trace
         run.close("done")
     except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
         raise problem(err).error() from None
     finally:
         run.close()
-    yield run.trace.text, api_stats(run.trace), run.trace
+    yield run.trace.text, api_stats(run.trace, run.pipe), run.trace
 
 
-def api_stats(trace: Trace) -> dict:
-    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts)."""
+def api_stats(trace: Trace, pipe=None) -> dict:
+    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts), and
+    the engine that ran (`llada.engine.EngineReport.to_dict`: engine, requested, reason, fell_back, self_check)."""
     keys = ("forwards", "decode_forwards", "cache_forwards", "tokens", "tpf", "tps", "seconds", "drafts", "edits",
             "mbe_edits")
     values = trace.stats()
-    return {k: values[k] for k in keys} | {"status": trace.status, "note": trace.note}
+    report = getattr(pipe, "engine", None)
+    engine = {"engine": report.to_dict()} if report is not None else {}
+    return {k: values[k] for k in keys} | {"status": trace.status, "note": trace.note} | engine
 
 
 def compare_api(models, prompt, block_length, gen_length, model=None) -> dict:
@@ -62,7 +65,7 @@ def compare_api(models, prompt, block_length, gen_length, model=None) -> dict:
             pass  # interleave closes each run as it ends
     except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
         raise problem(err).error() from None
-    return {mode: api_stats(run.trace) | {"text": run.trace.text} for mode, run in runs.items()}
+    return {mode: api_stats(run.trace, run.pipe) | {"text": run.trace.text} for mode, run in runs.items()}
 
 
 def trace_api(trace: Trace | None) -> dict:

@@ -77,7 +77,7 @@ def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
     trace = run.trace
     trace.name_tokens(run.pipe.token_texts, run.pipe.token_bytes)
     update = live.update(trace, keyframe=figures)
-    values = {"error": "", "stats": tables.stats_line(trace, live=True), "trace": trace,
+    values = {"error": "", "stats": tables.stats_line(trace, live=True, engine=engine_line(run)), "trace": trace,
               "patch": patch_value(update.patch) if update.patch else gr.skip()}
     if update.html is not None:
         values |= {"canvas": update.html, "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps)}
@@ -86,10 +86,11 @@ def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
     return frame(RunFrame, **values)
 
 
-def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "") -> RunFrame:
+def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "", engine: str = "") -> RunFrame:
     """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
     return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
-                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps), stats=tables.stats_line(trace),
+                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps),
+                 stats=tables.stats_line(trace, engine=engine),
                  edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint), trace=trace,
                  heatmap=charts.confidence_figure(trace), **charts_of([(trace.mode, trace)]))
 
@@ -125,7 +126,7 @@ def _stream(run: LiveRun, ghost: bool, hint: str = ""):
         run.close("stopped", told.text)
     finally:
         run.close()  # a closed tab or Stop closes this generator, and with it the engine's
-    yield final_frame(run.trace, ghost, error, hint)
+    yield final_frame(run.trace, ghost, error, hint, engine_line(run))
 
 
 @refusing
@@ -140,6 +141,12 @@ def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
     if trace.status == "running":  # the engine did not hand control back in time: say so, keep the trace
         trace.finish("stopped", "stopped by the user")
     return final_frame(trace, ghost)
+
+
+def engine_line(run: LiveRun) -> str:
+    """Which MoE engine the run's model runs and its self-check (`llada.engine`), one line; "" if unknown."""
+    report = getattr(run.pipe, "engine", None)
+    return report.line() if report is not None else ""
 
 
 def partial_text(run: LiveRun) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..eval.codetrack import format_code_table
 from ..eval.harness import format_table
+from ..train.logs import plot_curves
 
 
 def _m(n: int) -> str:
@@ -71,8 +72,6 @@ def training_section(summary: dict, command: str) -> str:
 
 def curve_section(summary: dict, pilots: list[dict], out: Path) -> str:
     """Held-out loss against minutes: this run's checkpoints, and the pilot runs that chose its size."""
-    from .logs import plot_curves
-
     runs = [{"name": "this model", "parameters": summary["parameters"], "active": summary["active_parameters"],
              "curve": summary.get("curve", [])}] + pilots
     runs = [r for r in runs if r["curve"]]
