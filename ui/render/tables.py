@@ -28,13 +28,9 @@ def stats_line(trace: Trace | None, live: bool = False, engine: str = "") -> str
     """The run's numbers as one line of text (the `#stats` element), and the engine's line under it when given
     (`llada.engine.EngineReport.line`: which MoE engine ran and its self-check)."""
     if trace is None:
-<<<<<<< HEAD
         return NO_RUN
-=======
-        return "No run yet."
     if engine:
         return f"{stats_line(trace, live)}  \n<small>{html.escape(engine)}</small>"
->>>>>>> main
     s = trace.stats()
     state = "running…" if live or trace.status == "running" else "done" if trace.status == "done" else (
         f"stopped at forward {s['forwards']}" + (f" ({trace.note})" if trace.note else ""))
