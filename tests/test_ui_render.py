@@ -28,7 +28,7 @@ def test_stats_and_edit_log():
     line = "engine: reference (the fast engine failed its self-check (M = 1: <x> & y); running the PyTorch reference)"
     shown = tables.stats_line(trace, engine=line)
     assert shown.startswith(tables.stats_line(trace) + "  \n") and "(M = 1: &lt;x&gt; &amp; y)" in shown
-    assert tables.stats_line(None, engine=line) == "No run yet."
+    assert tables.stats_line(None, engine=line) == tables.NO_RUN  # before a run: the hint, no engine line
 
 
 def test_stats_table_and_diff():

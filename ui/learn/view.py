@@ -18,6 +18,7 @@ from llada.trace import Trace
 from .. import ASSETS
 from ..frame import PRIVATE, REPLAY, refusing
 from ..render import canvas
+from ..render.live import canvas_script
 from ..render.narrate import narrate, visible
 from ..settings import check_choice, check_step
 from .lessons import Recording, as_recording, learn_text
@@ -117,9 +118,9 @@ def build_view(recordings: dict) -> SimpleNamespace:
             a, b = canvases(first, 0)
             with gr.Row():
                 with gr.Column(min_width=300):
-                    v.canvas_a = gr.HTML(a, elem_id="canvas-learn-box", js_on_load=None)
+                    v.canvas_a = gr.HTML(a, elem_id="canvas-learn-box", js_on_load=canvas_script())
                 with gr.Column(min_width=300, visible=bool(first and len(first.runs) > 1)) as v.column_b:
-                    v.canvas_b = gr.HTML(b, elem_id="canvas-learn-b-box", js_on_load=None)
+                    v.canvas_b = gr.HTML(b, elem_id="canvas-learn-b-box", js_on_load=canvas_script())
             v.narration = gr.HTML(narration_html(first, 0), elem_id="learn-narration", js_on_load=None,
                                   css_template=css)
             with gr.Row():  # narrow buttons: one row on a phone too

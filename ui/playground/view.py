@@ -15,6 +15,8 @@ from ..render.live import FOLLOW_JS, PATCHER_JS, canvas_script
 from . import controls
 from .replay import SPEEDS
 
+COMPARE_HINT = "Press Compare S vs Q (beside Generate): the %s run of the prompt is drawn here, step by step."
+
 
 def _canvas_box(html: str, elem_id: str) -> gr.HTML:
     """A canvas component: whole renders replace it; its script keeps the active block in view."""
@@ -41,7 +43,8 @@ def _run_view() -> SimpleNamespace:
         v.pause = gr.Button("❚❚ pause", elem_id="pause", size="sm")
         v.next_edit = gr.Button("next edit ⇥", elem_id="next-edit", size="sm")
     v.timer = gr.Timer(0.3, active=False)
-    v.text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"])
+    v.text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"],
+                        placeholder="The decoded text appears here as the run goes (the prompt excluded).")
     v.note = gr.Markdown("", elem_id="output-note")
     return v
 
@@ -71,9 +74,11 @@ def compare_view() -> SimpleNamespace:
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
         with gr.Row(elem_id="compare-canvases"):
             with gr.Column(min_width=320):
-                v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s"), "canvas-s-box")
+                v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s", hint=COMPARE_HINT % "S"),
+                                         "canvas-s-box")
             with gr.Column(min_width=320):
-                v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q"), "canvas-q-box")
+                v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q", hint=COMPARE_HINT % "Q"),
+                                         "canvas-q-box")
         v.patch = _patcher("canvas-patch-compare")
         v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
         v.diff = gr.HTML("", elem_id="diff")

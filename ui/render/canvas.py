@@ -285,7 +285,7 @@ def legend_html() -> str:
     items = "".join(f'<span class="key" data-state="{state}"><span class="txt">{label}</span></span>'
                     for state, label in LEGEND)
     return (f'<div class="legend">{items}<span class="key act-key">active block</span><span class="hint">'
-            f"shade = confidence p · hover a token for details · | n = block n starts</span></div>")
+            f"shade = confidence p · tap a token for details · | n = block n starts</span></div>")
 
 
 def _fold_html(trace: Trace, elem_id: str) -> str:
@@ -297,13 +297,16 @@ def _fold_html(trace: Trace, elem_id: str) -> str:
             f"{P - 2 * PROMPT_ENDS} prompt tokens folded: show them</label>")
 
 
+EMPTY_HINT = "Type a prompt and press Generate: the canvas shows every position as the model drafts and edits it."
+SEQ_LABEL = "the tokens: tap one, or use the arrow keys here, to read its details"
+
+
 def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "canvas",
-           legend: bool = True) -> str:
-    """The canvas HTML of `trace` after decode step `step`; an empty canvas when there is no trace."""
+           legend: bool = True, hint: str = EMPTY_HINT) -> str:
+    """The canvas HTML of `trace` after decode step `step`; with no trace, an empty canvas saying `hint`."""
     if trace is None:
         return (f'<div id="{elem_id}" class="canvas empty" data-step="0" data-steps="0">'
-                f'<p class="hint">Type a prompt and press Generate: the canvas shows every position as the '
-                f"model drafts and edits it.</p></div>")
+                f'<p class="hint">{escape(hint)}</p></div>')
     v = view(trace, step, ghost)
     blocks = []
     for b in range(trace.length // v.B):
@@ -312,8 +315,9 @@ def render(trace: Trace | None, step: int, ghost: bool = False, elem_id: str = "
                       f'title="block {b} starts at position {b * v.B}"></span>{cells}</span>')
     return (f'<div id="{elem_id}" class="canvas" data-step="{v.step}" data-steps="{trace.steps}" '
             f'data-base="{v.step}" data-block-length="{v.B}"><div class="canvas-head">{header_html(v)}</div>'
-            f'{legend_html() if legend else ""}{_fold_html(trace, elem_id)}<div class="seq">{"".join(blocks)}'
-            f'</div><div class="counts">{counts_html(v)}</div></div>')
+            f'{legend_html() if legend else ""}{_fold_html(trace, elem_id)}'
+            f'<div class="seq" tabindex="0" aria-label="{SEQ_LABEL}">{"".join(blocks)}</div>'
+            f'<div class="counts">{counts_html(v)}</div></div>')
 
 
 # ---- patches ----------------------------------------------------------------------------------------

@@ -41,11 +41,15 @@ def integer_axis(top: int) -> dict:
     return {"tickmode": "linear", "tick0": 0, "dtick": max(1, math.ceil(top / 10)), "tickformat": "d"}
 
 
-def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str, integer_x: int = 0,
+def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str, integer_x: int = 0, subtitle: str = "",
             **layout) -> go.Figure:
-    """A figure; `integer_x` > 0 puts whole-number ticks on an x axis that runs to that value."""
+    """A figure; `integer_x` > 0 puts whole-number ticks on an x axis that runs to that value; a `subtitle` is
+    a second, smaller line under the title (one long line would be cut on a phone)."""
     xaxis = AXIS | {"title": {"text": xtitle}} | (integer_axis(integer_x) if integer_x else {})
-    spec = LAYOUT | {"title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left", "y": 0.97},
+    head = {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left", "y": 0.97}
+    if subtitle:  # two lines: placed by Plotly inside the top margin (a fixed y would push the first one out)
+        head = {"text": f"{title}<br><sup>{subtitle}</sup>", "font": {"size": 13}, "x": 0.01, "xanchor": "left"}
+    spec = LAYOUT | {"title": head,
                      "xaxis": xaxis, "yaxis": AXIS | {"title": {"text": ytitle}, "rangemode": "tozero"}} | layout
     return go.Figure({"data": traces, "layout": spec}, skip_invalid=True)
 
@@ -151,9 +155,12 @@ def confidence_figure(trace: Trace) -> go.Figure:
     s = trace.settings
     tau_edit = tau_text(s.editing_threshold, ".2f")
     every = f" (every {grid['stride']}th step)" if grid["stride"] > 1 else ""
-    title = (f"Confidence p per position and step{every}: marks where p passed τ_mask {s.threshold:.2f} / "
-             f"τ_edit {tau_edit}")
-    height = min(360, 150 + 18 * len(grid["steps"]))
-    return _figure(data, title, "position", "decode step", height=height, hovermode="closest",
+    title = f"Confidence p per position and step{every}"
+    marks = f"marks: where p passed τ_mask {s.threshold:.2f} / τ_edit {tau_edit}"
+    height = min(420, 230 + 18 * len(grid["steps"]))  # the plot area, plus the title and the legend at the foot
+    foot = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left",
+            "font": {"size": 10}}  # at the figure's foot: on a phone its two rows stay off the subtitle
+    return _figure(data, title, "position", "decode step", subtitle=marks, height=height, hovermode="closest",
+                   legend=foot, margin=LAYOUT["margin"] | {"t": 56, "b": 88},
                    yaxis=AXIS | integer_axis(max(trace.steps, 1)) | {"title": {"text": "decode step"},
                                                                       "autorange": "reversed", "tick0": 1})

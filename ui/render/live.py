@@ -53,8 +53,9 @@ def patch_value(*patches: dict | None) -> dict | None:
 
 
 def canvas_script() -> str:
-    """assets/canvas.js: apply a patch to a canvas and keep its active block in view."""
-    return (ASSETS / "canvas.js").read_text(encoding="utf-8")
+    """assets/canvas.js (apply a patch to a canvas, keep its active block in view) and assets/tokens.js (a
+    token's details on a tap or from the keyboard)."""
+    return "\n".join((ASSETS / name).read_text(encoding="utf-8") for name in ("canvas.js", "tokens.js"))
 
 
 PATCHER_JS = """

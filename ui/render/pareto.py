@@ -34,7 +34,8 @@ INK, GRID = "#8b93a1", "rgba(139, 147, 161, 0.3)"  # readable on white and on ne
 AXIS = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
 # transparent, so the chart sits on the page's own background (light or dark); assets/style.css gives its text
 # the theme's ink; template "none" is cheap
-LAYOUT = {"margin": {"l": 56, "r": 16, "t": 48, "b": 48}, "height": 440, "template": "none",
+# a top margin for the two-line title and, under it, the names of presets drawn at 100%
+LAYOUT = {"margin": {"l": 56, "r": 16, "t": 76, "b": 48}, "height": 440, "template": "none",
           "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
           "font": {"family": "system-ui, sans-serif", "size": 12, "color": INK},
           # a legend at the foot of the figure (not of the plot area) pushes the margin: it never meets the axis title
@@ -165,7 +166,7 @@ def figure(points: list[Point], title: str = "Accuracy vs TPF", subtitle: str = 
                        "xaxis": AXIS | {"title": {"text": "TPF: tokens per forward (faster →)"}},
                        "yaxis": AXIS | {"title": {"text": "accuracy (%)"}, "range": accuracy_range(points)}}
     if not points:
-        layout["annotations"] = [{"text": "No points yet: choose a grid and press Run sweep.", "showarrow": False,
+        layout["annotations"] = [{"text": "No points yet:<br>choose a grid and press Run sweep.", "showarrow": False,
                                   "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 14}}]
     return go.Figure({"data": traces, "layout": layout}, skip_invalid=True)
 

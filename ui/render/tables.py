@@ -17,15 +17,18 @@ from llada.trace import Trace
 from .canvas import text
 from .narrate import visible
 
-STATS_COLUMNS = ["run", "block", "forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits", "answer"]
-EDIT_COLUMNS = ["step", "block", "position", "old", "new", "p", "kind"]
+# what a reader compares first comes first: on a phone these columns are read without a sideways swipe
+STATS_COLUMNS = ["run", "answer", "TPF", "forwards", "edits", "block", "tokens", "TPS", "drafts", "MBE edits"]
+EDIT_COLUMNS = ["step", "kind", "p", "old", "new", "position", "block"]
+NO_RUN = ("No run yet: press Generate (or Ctrl+Enter in the prompt) or click an example; this line then counts "
+          "forwards, tokens, TPF, TPS, drafts and edits.")
 
 
 def stats_line(trace: Trace | None, live: bool = False, engine: str = "") -> str:
     """The run's numbers as one line of text (the `#stats` element), and the engine's line under it when given
     (`llada.engine.EngineReport.line`: which MoE engine ran and its self-check)."""
     if trace is None:
-        return "No run yet."
+        return NO_RUN
     if engine:
         return f"{stats_line(trace, live)}  \n<small>{html.escape(engine)}</small>"
     s = trace.stats()
@@ -48,8 +51,8 @@ def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:
     rows = []
     for label, trace in runs:
         s = trace.stats()
-        rows.append([label, trace.block_length, s["forwards"], s["tokens"], round(s["tpf"], 3), round(s["tps"], 1),
-                     s["drafts"], s["edits"], s["mbe_edits"], correctness(trace)])
+        rows.append([label, correctness(trace), round(s["tpf"], 3), s["forwards"], s["edits"], trace.block_length,
+                     s["tokens"], round(s["tps"], 1), s["drafts"], s["mbe_edits"]])
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 
@@ -98,12 +101,12 @@ def _output_why(trace: Trace) -> str:
 
 
 def edit_log(trace: Trace | None) -> pd.DataFrame:
-    """Every edit of the run: step, block, position, old → new, p, T2T or MBE."""
+    """Every edit of the run: step, T2T or MBE, p, old → new, position, block."""
     if trace is None:
         return pd.DataFrame(columns=EDIT_COLUMNS)
     kinds = {"edits": "T2T", "mbe_edits": "MBE"}
-    rows = [[step, c.pos // trace.block_length, c.pos, visible(text(trace, c.old)), visible(text(trace, c.token)),
-             round(c.p, 3), kinds[kind]] for step, kind, c in trace.edit_events()]  # spaces and breaks shown
+    rows = [[step, kinds[kind], round(c.p, 3), visible(text(trace, c.old)), visible(text(trace, c.token)), c.pos,
+             c.pos // trace.block_length] for step, kind, c in trace.edit_events()]  # spaces and breaks shown
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)
 
 

@@ -1,0 +1,300 @@
+"""The playground on a phone (390×844) and in both themes, in real Chromium, on the shipped model.
+
+* before the first run every empty panel says what will appear in it (canvas, stats, charts, edit log,
+  S vs Q, exports, output);
+* the tables' key columns are read without a sideways swipe: the edit log's kind and p, the S vs Q answer
+  and TPF, the explorer's accuracy and TPF; no chart title sits under the Plotly toolbar;
+* a tap on a token shows its details in a panel (a phone has no hover), and the arrow keys do the same;
+* a picked Learn lesson scrolls into view;
+* every token's text, the struck-through text an edit replaced included, keeps 4.5:1 contrast against the
+  wash it is drawn on, computed from the computed styles, in the light and the dark theme;
+* the explorer's chart sits on the page's own background with the theme's ink.
+
+Screenshots go to tests/artifacts/phone-*.png (not versioned).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
+from ui_helpers import launch_app
+
+MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
+THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
+WAIT = 90_000  # ms: a state is awaited this long at most (a loaded CI machine is slow, never this slow)
+EXAMPLE = "Addition (S): all digits drafted at once, one edited"
+
+# WCAG contrast of an element's text against what is drawn behind it: the translucent backgrounds of the
+# element and its ancestors composited over the first opaque one (colours come as rgb(), rgba() or
+# color(srgb ...) from color-mix)
+INK = "getComputedStyle(el).color"  # the text colour CONTRAST_JS measures (another can be put in its place)
+CONTRAST_JS = """
+(el) => {
+  const parse = (c) => {
+    let m = c.match(/color\\(srgb ([-\\d.e]+) ([-\\d.e]+) ([-\\d.e]+)(?: \\/ ([-\\d.e]+))?\\)/);
+    if (m) return [m[1] * 255, m[2] * 255, m[3] * 255, m[4] === undefined ? 1 : Number(m[4])];
+    m = c.match(/rgba?\\(([-\\d.]+),? ([-\\d.]+),? ([-\\d.]+)(?:[,\\/] ?([-\\d.]+))?\\)/);
+    if (m) return [Number(m[1]), Number(m[2]), Number(m[3]), m[4] === undefined ? 1 : Number(m[4])];
+    throw new Error('unreadable colour ' + c);
+  };
+  const layers = [];
+  for (let e = el; e; e = e.parentElement) {
+    const c = parse(getComputedStyle(e).backgroundColor);
+    if (c[3] > 0) layers.push(c);
+    if (c[3] >= 1) break;
+  }
+  let back = [255, 255, 255];
+  for (const [r, g, b, a] of layers.reverse()) back = [r * a + back[0] * (1 - a), g * a + back[1] * (1 - a),
+                                                       b * a + back[2] * (1 - a)];
+  const ink = parse(getComputedStyle(el).color);
+  const front = [0, 1, 2].map(i => ink[i] * ink[3] + back[i] * (1 - ink[3]));
+  const lum = (rgb) => rgb.map(v => v / 255).map(v => v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+                         .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const [hi, lo] = [lum(front), lum(back)].sort((a, b) => b - a);
+  return (hi + 0.05) / (lo + 0.05);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """The app as a visitor meets it: the shipped model, its lessons, the shipped budget, the app's CSS."""
+    import os
+
+    from ui import runs
+    from ui.learn import lessons
+
+    before, budget = os.environ.get("LLADA_EXPLORER_CACHE"), runs.BUDGET
+    os.environ["LLADA_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("explorer-cache"))  # no sweep from before
+    runs.BUDGET = runs.Budget()
+    demo, url = launch_app(MODEL, recordings=lessons.load_recordings())
+    yield url
+    demo.close()
+    runs.BUDGET = budget
+    if before is None:
+        os.environ.pop("LLADA_EXPLORER_CACHE", None)
+    else:
+        os.environ["LLADA_EXPLORER_CACHE"] = before
+
+
+def open_page(browser, app_url, viewport: str = "phone", theme: str = "light"):
+    context = browser.new_context(viewport=VIEWPORTS[viewport], has_touch=viewport == "phone")
+    page = context.new_page()
+    page.set_default_timeout(WAIT)  # clicks and reads too: a loaded machine answers slowly
+    page.goto(app_url + THEMES[theme], wait_until="load")
+    page.wait_for_selector("#prompt textarea", timeout=WAIT)
+    return page
+
+
+def close(page) -> None:
+    page.context.close()
+
+
+def run_example(page, label: str = EXAMPLE) -> None:
+    page.locator("#examples button", has_text=label.split(":")[0]).first.click()
+    page.wait_for_function("/^(done|stopped)/.test(document.querySelector('#stats').innerText)", timeout=WAIT)
+
+
+def after(page, selector: str) -> str:
+    """The text a panel's ::after hint shows ('' when none)."""
+    return page.evaluate(f"""() => {{
+        const e = document.querySelector({selector!r});
+        const c = e ? getComputedStyle(e, '::after').content : 'none';
+        return c === 'none' || c === 'normal' ? '' : c;
+    }}""")
+
+
+def unreadable_columns(page, elem_id: str, names: list[str]) -> list[str]:
+    """The columns of `names` whose header or first cell is not wholly inside the table's visible width."""
+    return page.evaluate(f"""() => {{
+        const wrap = document.querySelector('#{elem_id} .table-wrap').getBoundingClientRect();
+        const right = Math.min(wrap.right, window.innerWidth), left = Math.max(wrap.left, 0);
+        const heads = [...document.querySelectorAll('#{elem_id} th')];
+        return {names!r}.filter(name => {{
+            const k = heads.findIndex(h => h.innerText.trim() === name);
+            if (k < 0) return true;
+            const cells = [heads[k], document.querySelector('#{elem_id} [role=gridcell][data-row="0"][data-col="' + k + '"]')];
+            return cells.some(c => {{
+                if (!c || !c.getClientRects().length) return true;
+                const r = c.getBoundingClientRect();
+                return r.left < left - 1 || r.right > right + 1 || !c.innerText.trim();
+            }});
+        }});
+    }}""")
+
+
+# ---- before the first run ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("theme", list(THEMES))
+def test_every_empty_panel_says_what_will_appear(browser, app_url, theme):
+    page = open_page(browser, app_url, "phone", theme)
+    assert "press Generate" in page.inner_text("#canvas .hint")
+    assert page.inner_text("#stats").startswith("No run yet: press Generate")
+    assert "Compare S vs Q" in page.inner_text("#canvas-s .hint") and "Q run" in page.inner_text("#canvas-q .hint")
+    assert page.get_attribute("#output textarea", "placeholder").startswith("The decoded text appears here")
+    for chart in ("chart-tps", "chart-tpf", "chart-steps", "chart-confidence", "chart-tps-compare",
+                  "chart-tpf-compare", "chart-steps-compare", "export-files"):
+        assert len(after(page, f"#{chart} > .empty")) > 30, chart
+        assert page.locator(f"#{chart}").bounding_box()["height"] < 160, chart  # a line of text, no blank box
+    assert "each T2T and MBE edit" in after(page, "#edit-log .no-rows")
+    assert "Compare S vs Q" in after(page, "#compare-table .no-rows")
+    blank = page.evaluate("""() => [...document.querySelectorAll('#tabs .block[id]')].filter(b => {
+        if (!b.getClientRects().length || b.getBoundingClientRect().height < 24) return false;
+        const hinted = [...b.querySelectorAll('*')].some(e => !['none', 'normal'].includes(
+            getComputedStyle(e, '::after').content));
+        return !b.innerText.trim() && !hinted && !b.querySelector('[placeholder]:not([placeholder=""])');
+    }).map(b => b.id)""")
+    assert blank == []  # no visible panel of the page is blank space
+    page.screenshot(path=str(ARTIFACTS / f"phone-empty-{theme}.png"), full_page=True)
+    close(page)
+
+
+# ---- a phone after a run -----------------------------------------------------------------------------------
+
+def test_tables_and_charts_read_on_a_phone(browser, app_url):
+    page = open_page(browser, app_url)
+    run_example(page)
+    page.wait_for_selector("#edit-log [role=gridcell]", timeout=WAIT)
+    assert unreadable_columns(page, "edit-log", ["step", "kind", "p", "old"]) == []
+    page.locator("#edit-log").screenshot(path=str(ARTIFACTS / "phone-edit-log.png"))
+    page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=WAIT)
+    covered = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].filter(plot => {
+        const bar = plot.querySelector('.modebar-container'), title = plot.querySelector('.gtitle');
+        if (!bar || !title || !bar.getClientRects().length) return false;
+        const a = bar.getBoundingClientRect(), b = title.getBoundingClientRect();
+        return a.width > 0 && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+    }).map(plot => plot.closest('[id]').id)""")
+    assert covered == []  # the Plotly toolbar covers no chart title
+    titles = page.evaluate("""() => [...document.querySelectorAll('#tabs .js-plotly-plot .gtitle')].map(t => {
+        const r = t.getBoundingClientRect(), box = t.closest('.js-plotly-plot').getBoundingClientRect();
+        return r.right <= box.right + 1 && r.left >= box.left - 1;
+    })""")
+    assert titles and all(titles)  # every title fits its chart's width
+    page.locator("#chart-confidence").screenshot(path=str(ARTIFACTS / "phone-heatmap.png"))
+
+    page.click("#run-compare")
+    page.wait_for_function("document.querySelector('#compare-verdict').innerText.includes('forwards')",
+                           timeout=WAIT)
+    page.wait_for_selector("#compare-table [role=gridcell]", timeout=WAIT)
+    assert unreadable_columns(page, "compare-table", ["run", "answer", "TPF", "forwards", "edits"]) == []
+    page.locator("#compare-table").screenshot(path=str(ARTIFACTS / "phone-compare-table.png"))
+    close(page)
+
+
+def test_explorer_accuracy_and_tpf_read_on_a_phone(browser, app_url):
+    from test_browser_explorer import open_more, set_number, tick, wait_progress
+
+    page = open_page(browser, app_url)
+    page.get_by_role("tab", name="Score | TPF").click()
+    page.wait_for_selector("#explorer-run", timeout=WAIT)
+    tick(page, "explorer-tau-mask", {"0.5"})
+    tick(page, "explorer-tau-edit", {"0.5"})
+    tick(page, "explorer-mbe", {"off"})
+    open_more(page)
+    tick(page, "explorer-tasks", {"add"})
+    set_number(page, "explorer-n", 2)
+    page.click("#explorer-run")
+    wait_progress(page, "^Done", 240_000)
+    page.wait_for_selector("#explorer-table [role=gridcell]", timeout=WAIT)
+    assert unreadable_columns(page, "explorer-table", ["series", "τ_mask", "τ_edit", "accuracy %", "TPF"]) == []
+    page.locator("#explorer-table").screenshot(path=str(ARTIFACTS / "phone-explorer-table.png"))
+    page.locator("#explorer-chart").screenshot(path=str(ARTIFACTS / "phone-explorer-chart.png"))
+    close(page)
+
+
+def test_a_tap_or_the_arrow_keys_show_a_tokens_details(browser, app_url):
+    page = open_page(browser, app_url)
+    run_example(page)
+    page.click("#pause")
+    page.click("#next-edit")  # the step of the run's edit: its token is drawn old → new
+    page.wait_for_selector('#canvas .tok[data-state="edit"]', timeout=WAIT)
+    edit = page.locator('#canvas .tok[data-state="edit"]').first
+    edit.scroll_into_view_if_needed()
+    edit.tap()
+    panel = page.locator("#canvas .tok-pop")
+    panel.wait_for(state="visible", timeout=WAIT)
+    shown = panel.inner_text()
+    assert f"#{edit.get_attribute('data-pos')}" in shown and "replaced" in shown and "τ_edit" in shown
+    box = panel.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= VIEWPORTS["phone"]["width"]  # on screen, no swipe
+    assert page.evaluate("""() => {  // drawn on top: the panel's middle is the panel, not what lies under it
+        const r = document.querySelector('#canvas .tok-pop').getBoundingClientRect();
+        return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2).closest('.tok-pop') !== null;
+    }""")
+    page.screenshot(path=str(ARTIFACTS / "phone-token-details.png"))
+    page.locator("#stats").tap()  # a tap elsewhere closes it
+    panel.wait_for(state="hidden", timeout=WAIT)
+
+    page.focus("#canvas .seq")  # the sequence takes the focus; the arrow keys walk its drawn tokens
+    page.keyboard.press("Home")
+    panel.wait_for(state="visible", timeout=WAIT)
+    assert panel.inner_text().startswith('#0 "')
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#canvas .tok-pop').innerText.startsWith('#1 ')", timeout=WAIT)
+    assert page.locator("#canvas .tok.picked").get_attribute("data-pos") == "1"
+    page.keyboard.press("Escape")
+    panel.wait_for(state="hidden", timeout=WAIT)
+    close(page)
+
+
+def test_a_picked_lesson_plays_in_view(browser, app_url):
+    page = open_page(browser, app_url)
+    page.get_by_role("tab", name="Learn").click()
+    page.wait_for_selector("#canvas-learn .tok", timeout=WAIT)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#learn-run label").nth(2).click()
+    page.wait_for_function("""() => {
+        const top = document.querySelector('#canvas-learn-box').getBoundingClientRect().top;
+        return top >= -1 && top < window.innerHeight / 2;
+    }""", timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "phone-learn-picked.png"))
+    close(page)
+
+
+# ---- both themes ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("theme", list(THEMES))
+def test_token_text_keeps_its_contrast_on_every_wash(browser, app_url, theme):
+    from test_browser_learn import hold, pick
+    from ui.learn import lessons as recorded
+
+    lessons = {r.idea: r for r in recorded.load_recordings().values()}
+    page = open_page(browser, app_url, "desktop", theme)
+    page.get_by_role("tab", name="Learn").click()
+    page.wait_for_selector("#canvas-learn .tok", timeout=WAIT)
+    seen: dict[str, float] = {}
+    for idea, state in (("edit", "edit"), ("mbe", "mbe")):
+        pick(page, lessons[idea])
+        hold(page, 0)
+        page.click("#learn-next-edit")
+        page.wait_for_selector(f'.canvas[id^=canvas-learn] .tok[data-state="{state}"] .old', timeout=WAIT)
+        texts = page.locator(".canvas[id^=canvas-learn] .tok:not(.cut) :is(.txt, .old, .new)")
+        for k in range(texts.count()):
+            el = texts.nth(k)
+            if not el.inner_text().strip():
+                continue
+            name = el.evaluate("e => e.closest('.tok').dataset.state + ' ' + e.className")
+            seen[name] = min(seen.get(name, 99.0), el.evaluate(CONTRAST_JS))
+    page.locator("#learn").screenshot(path=str(ARTIFACTS / f"contrast-{theme}.png"))
+    close(page)
+    assert {"edit old", "edit new", "mbe old", "mbe new", "prompt txt", "stable txt"} <= set(seen)
+    low = {name: round(c, 2) for name, c in seen.items() if c < 4.5}
+    assert low == {}, f"text under 4.5:1 in the {theme} theme: {low} (all: {seen})"
+
+
+@pytest.mark.parametrize("theme", list(THEMES))
+def test_explorer_chart_follows_the_theme(browser, app_url, theme):
+    page = open_page(browser, app_url, "desktop", theme)
+    page.get_by_role("tab", name="Score | TPF").click()
+    page.wait_for_selector("#explorer-chart .js-plotly-plot .gtitle", timeout=WAIT)
+    ink = page.eval_on_selector("#explorer-chart .gtitle", CONTRAST_JS.replace(INK, "getComputedStyle(el).fill"))
+    black = page.eval_on_selector("#explorer-chart .main-svg", CONTRAST_JS.replace(INK, "'rgb(0, 0, 0)'"))
+    paper = page.eval_on_selector("#explorer-chart .main-svg", "e => getComputedStyle(e).backgroundColor")
+    page.locator("#explorer-chart").screenshot(path=str(ARTIFACTS / f"explorer-chart-{theme}.png"))
+    close(page)
+    assert paper in ("rgba(0, 0, 0, 0)", "transparent")  # the chart draws no white sheet of its own
+    assert ink >= 4.5  # its title reads on the page behind it
+    assert (black < 4.5) == (theme == "dark")  # black text would not read on the chart: its backdrop is dark
