@@ -18,7 +18,9 @@ Workloads (`WORKLOADS`):
   the tab's first-shown settings, `ui/explorer/sweeps.py` `DEFAULTS`: τ_mask 0.05, 0.3, 0.5, 0.7, 0.9;
   τ_edit off, 0, 0.5, 0.9; MBE off and on; the S, Q and M2T presets marked; all four tasks, 10 items
   each; S's block length; 256 forwards and 10 s per decode) with a fresh, empty point cache each run
-  (`--cache-dir` and `LLADA_EXPLORER_CACHE`), so nothing is read back.
+  (`--cache-dir` and `LLADA_EXPLORER_CACHE`), so nothing is read back;
+* `startup`: only what every run of the two above pays first (importing torch and transformers, loading
+  the model and its tokenizer), to tell that fixed cost from the decoding.
 
 Both print JSON; the reports of the two trees are compared with the timing keys (`tps`, `seconds`)
 left out, and `same_results` says whether they agree. The report (medians, ratio before / after,
@@ -48,6 +50,7 @@ EXPLORER_GRID = ["--tau-mask", "0.05,0.3,0.5,0.7,0.9", "--tau-edit", "off,0,0.5,
 WORKLOADS = {
     "eval": ["-m", "llada.eval", "--n", "100", "--code-n", "0", "--threads", "1", "--json"],
     "explorer": ["-m", "llada.eval.sweep", *EXPLORER_GRID, "--threads", "1", "--json"],
+    "startup": ["-c", "import sys; from llada.pipeline import Pipeline; Pipeline.load(sys.argv[-1]); print('{}')"],
 }
 
 
@@ -149,12 +152,17 @@ def versus(before: str, workload: str, repeats: int, model: Path) -> dict:
         finally:
             _git("worktree", "remove", "--force", str(old))
     same = without_timing(reports["before"]) == without_timing(reports["after"])
-    return {"workload": workload, "command": ["python", *command(workload, model, Path("FRESH"))],
+    return {"workload": workload, "command": ["python", *command(workload, Path(_shown(model)), Path("FRESH"))],
             "before": {"rev": before, "commit": commits["before"]},
             "after": {"commit": commits["after"], "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))},
-            "model": str(model), "threads": 1, "env": {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"},
+            "model": _shown(model), "threads": 1, "env": {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"},
             "machine": device_info_cpu(), "repeats": repeats, "same_results": same, **summary(runs),
             "runs": [asdict(r) for r in runs]}
+
+
+def _shown(path: Path) -> str:
+    """A path inside this checkout relative to it (the same in the other tree), else as it is."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def device_info_cpu() -> dict:
