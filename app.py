@@ -20,6 +20,7 @@ import argparse  # noqa: E402
 
 from ui.demo import LOOK, build_demo  # noqa: E402
 from ui.models import Models, model_dirs  # noqa: E402
+from ui.sessions import queue  # noqa: E402
 
 QUEUE = {"max_size": 64, "default_concurrency_limit": 8}
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         chosen.warm()  # load the default model in the background: the first run then starts at once
     for line in chosen.note().splitlines():
         print(f"[app] {line}", flush=True)
-    app.queue(**QUEUE).launch(server_name=args.host, server_port=args.port, **LOOK)
+    queue(app, **QUEUE).launch(server_name=args.host, server_port=args.port, **LOOK)
 
 
 if __name__ == "__main__":

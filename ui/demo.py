@@ -20,10 +20,11 @@ from .explorer import view as explorer
 from .learn import lessons, view as learn
 from .models import Models
 from .playground import view as playground_view, wire as playground
+from .sessions import drop_session
 
 # launch(**LOOK): Gradio 6 dresses the page at launch; the page has no upload component, so Gradio's upload route
 # takes nothing bigger than a few KB; Gradio keeps a copy of the page's values per session (about 0.25 MiB):
-# at most SESSIONS of them (the oldest go first), and a closed tab's at once (`drop_session`)
+# at most SESSIONS of them (the oldest go first), a closed tab's at once (ui/sessions.py)
 SESSIONS = int(os.environ.get("LLADA_SESSIONS", "256"))
 LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft", "max_file_size": "16kb",
         "state_session_capacity": SESSIONS}
@@ -61,12 +62,3 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         demo.unload(drop_session)
     return demo
 
-
-def drop_session(request: gr.Request) -> None:
-    """A tab closed: forget its session (its last run, comparison and values) now, not an hour later."""
-    holder = getattr(getattr(getattr(request, "request", None), "app", None), "state_holder", None)
-    if holder is None or not request.session_hash:
-        return
-    with holder.lock:
-        holder.session_data.pop(request.session_hash, None)
-        holder.time_last_used.pop(request.session_hash, None)

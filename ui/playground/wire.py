@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
+from ..sessions import ONE_SHOTS
 from ..settings import check_flag
 from . import api, compare, controls, replay, view
 from .run import RunFrame, generate_ui, stopped_ui
@@ -127,12 +128,15 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
 def wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     """/generate, /compare and /trace: inputs in the contract's order, their names the functions' own."""
     @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
-    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
+    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None,
+                 request: gr.Request = None):
+        ONE_SHOTS.add(request)  # a plain HTTP call's session goes once newer ones come (ui/sessions.py)
         yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
                                     model)
 
     @on_gpu(seconds=lambda _p, block, gen, *_: gpu_seconds(gen, block, runs=2))
-    def compare_pair(prompt, block_length, gen_length, model=None):
+    def compare_pair(prompt, block_length, gen_length, model=None, request: gr.Request = None):
+        ONE_SHOTS.add(request)
         return api.compare_api(models, prompt, block_length, gen_length, model)
 
     raw = {"preprocess": False}  # the client's values reach the checks as sent: nothing is coerced
@@ -140,7 +144,12 @@ def wire_api(models: Models, a: SimpleNamespace, trace) -> None:
     a.generate.click(generate, inputs, [a.text, a.stats, trace], api_name="generate", **raw, **DECODE)
     a.compare.click(compare_pair, [a.prompt, a.block_length, a.gen_length, a.model], a.result, api_name="compare",
                     **raw, **DECODE)
-    a.get_trace.click(api.trace_api, [trace], a.trace, api_name="trace", concurrency_limit=8)
+    def last_trace(trace, request: gr.Request = None):
+        """The full trace of this session's last run (see docs/trace-schema.md)."""
+        ONE_SHOTS.add(request)
+        return api.trace_api(trace)
+
+    a.get_trace.click(last_trace, [trace], a.trace, api_name="trace", concurrency_limit=8)
 
 
 def build(models: Models, trace, pair) -> SimpleNamespace:

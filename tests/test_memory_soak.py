@@ -1,0 +1,23 @@
+"""What a visit leaves behind on the server, counted by tracemalloc (`python -m ui.memory_soak visits`).
+
+The app runs in this process on the shipped model; one simulated visitor comes and goes (each visit a new
+tab that runs, scrubs, exports, sometimes compares, calls `/generate` over plain HTTP, then closes). After
+warm-up, the Python memory still held per visit (every closed tab's session dropped, garbage collected)
+must stay under a bound far below what one session costs (~250 KiB), so any cache that keeps something
+per session fails it, while RSS could hide it in allocator noise. Counted in visits, not seconds.
+"""
+
+from __future__ import annotations
+
+from ui import memory_soak
+from ui.sessions import ONE_SHOTS
+
+
+def test_a_visit_leaves_almost_nothing_behind(monkeypatch):
+    monkeypatch.setattr(ONE_SHOTS, "keep", 2)  # fewer plain API calls kept: fewer visits before the count
+    r = memory_soak.retained(visits=16, warmup=4, frames=2)
+    print(f"\n{r.visits} visits: {r.kib_per_visit:+.2f} KiB retained per visit, {r.sessions_left} sessions held; "
+          f"grew most: {[(s['kib'], s['where'][-1].strip()) for s in r.top[:3]]}")
+    assert r.errors == 0
+    assert r.sessions_left <= ONE_SHOTS.keep + 1  # closed tabs: none; plain API calls: the newest few
+    assert r.kib_per_visit <= memory_soak.RETAINED_KIB, r.top
