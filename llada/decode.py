@@ -32,6 +32,7 @@ forward never waits for the host (`graph_ready`: FP8 experts on the Triton kerne
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator, NamedTuple
@@ -40,7 +41,7 @@ import torch
 
 from . import rule
 from .config import DecodeConfig, padded_length
-from .graphs import StepGraphs, graph_ready
+from .graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, Row, block_causal_mask
 from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
@@ -73,14 +74,18 @@ class _Run:
         with torch.inference_mode():  # these tensors are only ever written inside inference mode
             self.x = torch.full((1, self.n_blocks * B), mask_id, dtype=torch.long, device=model.device)
             self.x[0, :self.P] = torch.tensor(prompt, dtype=torch.long)
-            self.cache = model.new_cache(self.n_blocks * B) if cfg.use_cache else None
+            path = resolve_forward(forward, model, cfg)
+            # static paths: a KV cache and graphs kept from an earlier run of this shape, when one is free
+            self.static = None if path == "dynamic" else step_graphs(model, self.n_blocks * B, B, path == "graph")
+            self.cache = self.static.cache if self.static is not None else \
+                model.new_cache(self.n_blocks * B) if cfg.use_cache else None
+        if self.static is not None:
+            weakref.finalize(self, keep_step_graphs, model, self.static)  # kept for the next run when this one ends
         self.generator = torch.Generator(device=model.device)
         if cfg.seed is not None:
             self.generator.manual_seed(cfg.seed)
         self.decode_forwards = 0
         self.resumed = time.perf_counter()  # when the engine last got control back from its consumer
-        path = resolve_forward(forward, model, cfg)
-        self.static = None if path == "dynamic" else StepGraphs(model, self.cache, B, capture=path == "graph")
 
     def row(self, f: Forward) -> Row:
         """The row-batched forward's input for `f`: the window over the cache, or the whole prefix without one."""

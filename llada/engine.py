@@ -108,6 +108,11 @@ def fast_available(model: LLaDA2MoE) -> str | None:
 
 
 def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
+    from .graphs import forget_step_graphs
+    from .kernels.fused_norm import fuse_norms
+
+    forget_step_graphs(model)  # graphs kept from earlier runs replay the kernels they recorded
+    fuse_norms(model)  # RMSNorm (+ residual add) and QK-norm + RoPE: one launch each
     for layer in model.layers:
         mlp = layer.mlp
         if isinstance(getattr(mlp, "experts", None), Experts):
@@ -120,6 +125,11 @@ def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
 
 
 def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
+    from .graphs import forget_step_graphs
+    from .kernels.fused_norm import unfuse_norms
+
+    forget_step_graphs(model)
+    unfuse_norms(model)
     for layer in model.layers:
         mlp = layer.mlp
         if isinstance(getattr(mlp, "experts", None), FusedExperts):

@@ -18,7 +18,9 @@ builds with `block_causal_mask` over [0, hi).
 On CUDA, the first call at a length runs eagerly on a side stream (the warm-up: Triton compiles,
 cuBLAS picks its kernels) while `count_launches` watches it for host synchronisations; a forward
 that has none is recorded into a graph on its second call and replayed afterwards (one graph and
-memory pool per length, per run). `graph_ready(model)` tells beforehand whether a model can be
+memory pool per length). A run's StepGraphs, with its KV cache and graphs, is kept on the model when
+the run ends and lent to the next run of the same shape (`step_graphs`, at most POOL_SIZE kept), whose
+forwards then replay from the first call. `graph_ready(model)` tells beforehand whether a model can be
 graphed: its routed experts must run on the Triton kernels (the fast engine of `llada.engine`: bf16
 `FusedExperts` or FP8 experts on Triton); the reference experts read their counts on the host, so
 the decode loop keeps such a model on its dynamic path. What counts as a host sync (`.item()`,
@@ -110,7 +112,10 @@ class StepGraphs:
 
     def _forward(self, entry: _Entry) -> torch.Tensor:
         T = entry.ids.shape[1]
-        mask = self.mask(entry.bounds, T)
+        # additive (0 / -inf) in the model's dtype, made once: a bool mask is turned into exactly this by
+        # attention itself in every layer (3 kernels a layer)
+        mask = torch.zeros((), dtype=self.model.dtype, device=entry.ids.device).masked_fill(
+            ~self.mask(entry.bounds, T), float("-inf"))  # (T, capacity)
         return self.model(entry.ids, start=entry.bounds[0], mask=mask, cache=self.cache)[0]  # (T, V)
 
     def _warm_up(self, entry: _Entry) -> torch.Tensor:
@@ -129,3 +134,44 @@ class StepGraphs:
         with torch.cuda.graph(graph):  # its own memory pool: graphs of a run may replay in any order
             entry.logits = self._forward(entry)
         entry.graph = graph
+
+
+POOL_SIZE = 4  # recorded StepGraphs kept per model between runs (each holds its KV cache and graph pools)
+
+
+def step_graphs(model: LLaDA2MoE, capacity: int, block_length: int, capture: bool) -> StepGraphs:
+    """A StepGraphs over its own KV cache of `capacity` slots for one run: one kept from an earlier run of
+    the same shape (its graphs recorded already, replayed from the first call) when one is free, else new.
+
+    The run hands it back with `keep_step_graphs` (the decode loop does when the run is collected); a
+    kept one is lent to one run at a time, and the model keeps at most POOL_SIZE (least recent dropped).
+    `forget_step_graphs` drops them all (the engine does when it swaps the model's modules: a graph
+    replays the kernels it recorded)."""
+    kept = _pool(model).pop(_key(model, capacity, block_length, capture), None)
+    with torch.inference_mode():  # the decode loop's tensors live in inference mode
+        if kept is None:
+            return StepGraphs(model, model.new_cache(capacity), block_length, capture)
+        kept.cache.k.zero_(), kept.cache.v.zero_()  # no values of the earlier run (masked, but NaN * 0 is NaN)
+    kept.cache.length = 0
+    return kept
+
+
+def keep_step_graphs(model: LLaDA2MoE, graphs: StepGraphs) -> None:
+    pool = _pool(model)
+    key = _key(model, graphs.cache.capacity, graphs.block_length, graphs.capture)
+    pool.pop(key, None)
+    pool[key] = graphs  # most recent last
+    while len(pool) > POOL_SIZE:
+        pool.pop(next(iter(pool)))
+
+
+def forget_step_graphs(model: LLaDA2MoE) -> None:
+    _pool(model).clear()
+
+
+def _pool(model: LLaDA2MoE) -> dict:
+    return model.__dict__.setdefault("_llada_step_graphs", {})  # on the model: no state shared between models
+
+
+def _key(model: LLaDA2MoE, capacity: int, block_length: int, capture: bool) -> tuple:
+    return capacity, block_length, capture, model.dtype, model.device

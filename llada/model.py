@@ -125,6 +125,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([rot, rest], dim=-1)
 
 
+def norm_rope(norm: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """q or k (B, T, h, D) -> normed, heads first, rotated (B, h, T, D); a fused norm does it in one kernel."""
+    fused = getattr(norm, "norm_rope", None)
+    return fused(x, cos, sin) if fused is not None else apply_rope(norm(x).transpose(1, 2), cos, sin)
+
+
+def add_norm(norm: nn.Module, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream x + h and its norm, (..., H) each; a fused norm does both in one kernel."""
+    fused = getattr(norm, "add_norm", None)
+    if fused is not None:
+        return fused(x, h)
+    x = x + h
+    return x, norm(x)
+
+
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
 
@@ -187,8 +202,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         qkv = project(self.query_key_value, x).view(B, T, self.n_head + 2 * self.n_kv, self.head_dim)
         q, k, v = qkv.split([self.n_head, self.n_kv, self.n_kv], dim=2)
-        q = apply_rope(self.query_layernorm(q).transpose(1, 2), cos, sin)  # (B, nH, T, D)
-        k = apply_rope(self.key_layernorm(k).transpose(1, 2), cos, sin)  # (B, nKV, T, D)
+        q = norm_rope(self.query_layernorm, q, cos, sin)  # (B, nH, T, D)
+        k = norm_rope(self.key_layernorm, k, cos, sin)  # (B, nKV, T, D)
         return q, k, v.transpose(1, 2)
 
     def attend(self, q, k, v, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
@@ -318,12 +333,14 @@ class Layer(nn.Module):
         self.index = index
 
     def forward(self, x, cos, sin, mask, cache, start):
-        x = x + self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h = self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)
+        x, h = add_norm(self.post_attention_layernorm, x, h)
+        return x + self.mlp(h)
 
     def forward_rows(self, x, cos, sin, rows: list["Row"]):
-        x = x + self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x, h = add_norm(self.post_attention_layernorm, x,
+                        self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index))
+        return x + self.mlp(h)
 
 
 class Row(NamedTuple):

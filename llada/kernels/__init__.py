@@ -7,6 +7,8 @@
     fp8_linear(x, w, w_scale)     (..., K) @ w (N, K)^T -> (..., N)
     route(h, weight, bias, ...)   the MoE router, (T, H) -> ids (T, K), weights (T, K) (Triton only;
                                   its reference is `llada.model.Router`)
+    rms_norm(x, w, eps) / add_rms_norm(x, res, w, eps)   RMSNorm, with the residual add, one launch
+    qk_norm_rope(x, w, eps, cos, sin)   QK-norm + RoPE of q or k, (B, T, heads, D) -> (B, heads, T, D)
 
 Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
 `fp8.py` / `fused_moe.py` / `linear.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
@@ -101,5 +103,23 @@ def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int,
     return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale)
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, impl: str = "auto") -> torch.Tensor:
+    """x (..., N) -> RMSNorm(x) * weight (..., N) (`llada.model.RMSNorm`)."""
+    return _module(impl, x, "norms", fp8=False).rms_norm(x, weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                 impl: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """s = x + residual (..., N) -> (s, RMSNorm(s) * weight)."""
+    return _module(impl, x, "norms", fp8=False).add_rms_norm(x, residual, weight, eps)
+
+
+def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                 impl: str = "auto") -> torch.Tensor:
+    """x (B, T, heads, D), cos/sin (T, R) fp32 -> normed over D and rotated, (B, heads, T, D)."""
+    return _module(impl, x, "norms", fp8=False).qk_norm_rope(x, weight, eps, cos, sin)
+
+
 __all__ = ["IMPLS", "resolve_impl", "auto_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
-           "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "reference"]
+           "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "rms_norm", "add_rms_norm", "qk_norm_rope",
+           "reference"]

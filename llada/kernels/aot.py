@@ -30,7 +30,8 @@ import torch
 
 from .devices import KNOWN, DeviceSpec
 
-MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, "topk_group": 4}
+MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, "topk_group": 4,
+        "heads": 16, "kv_heads": 4, "head_dim": 128, "rotary_dim": 64}
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
 SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel")  # read back with cuobjdump (~1 s each)
@@ -102,11 +103,25 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
             for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg)[1]:
                 out.append((kind, launch, estimate.get(launch.name, 0)))
+    out += [("bf16", launch, 0) for launch in norm_launches(T, shape)]
     if spec.fp8:
         out += [("fp8", launch, 0) for launch in
                 linear.plan_fp8_linear(x, torch.empty(3 * H, H, dtype=FP8), torch.empty(3 * H // 128, H // 128))[1]]
         out += [("fp8", launch, 0) for launch in fp8.plan_quantize_weight(torch.empty(E, 2 * I, H, dtype=torch.bfloat16))[2]]
     return out
+
+
+def norm_launches(tokens: int, shape: dict = MINI) -> list:
+    """A layer's fused norms at `tokens` tokens: RMSNorm, residual add + RMSNorm, QK-norm + RoPE of q and of k."""
+    from . import norms
+
+    T, H, D, R = tokens, shape["hidden"], shape["head_dim"], shape["rotary_dim"]
+    x, w = torch.empty(1, T, H, dtype=torch.bfloat16), torch.empty(H, dtype=torch.bfloat16)
+    qkv = torch.empty(1, T, shape["heads"] + 2 * shape["kv_heads"], D, dtype=torch.bfloat16)  # (B, T, heads, D)
+    cos = torch.empty(T, R)  # fp32 tables
+    q, k, _ = qkv.split([shape["heads"], shape["kv_heads"], shape["kv_heads"]], dim=2)
+    return [*norms.plan_rms_norm(x, w, 1e-6)[2], *norms.plan_rms_norm(x, w, 1e-6, x)[2],
+            *(launch for part in (q, k) for launch in norms.plan_qk_norm_rope(part, w[:D], 1e-6, cos, cos)[1])]
 
 
 def _configs(tokens: int, spec: DeviceSpec, shape: dict, fp8: bool) -> list:

@@ -152,3 +152,33 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
 def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative RMS error of `a` against `b`: the measure low-precision GEMMs are judged by."""
     return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x (..., N) -> weight * (x * rsqrt(mean(x^2) + eps)) in fp32, rounded to x's dtype before the weight."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """s = x + residual -> (s, rms_norm(s)): the residual stream and the next sublayer's input."""
+    s = x + residual
+    return s, rms_norm(s, weight, eps)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX RoPE on the first R dims of x (B, h, T, D) with cos/sin (T, R) fp32; the rest pass through."""
+    rd = cos.shape[-1]
+    rot, rest = x[..., :rd], x[..., rd:]
+    half = rd // 2
+    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
+    rot = (rot.float() * cos + rotated_half.float() * sin).to(x.dtype)
+    return torch.cat([rot, rest], dim=-1)
+
+
+def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor,
+                 sin: torch.Tensor) -> torch.Tensor:
+    """x (B, T, heads, D) -> RMSNorm over D, heads first, RoPE: (B, heads, T, D)."""
+    return rope(rms_norm(x, weight, eps).transpose(1, 2), cos, sin)
