@@ -117,6 +117,18 @@ def wait_progress(page, pattern: str, timeout: float = 240_000) -> None:
                            timeout=timeout)
 
 
+def run_small_sweep(page, timeout: float = 240_000) -> None:
+    """One point per preset and the τ_mask 0.5 / τ_edit 0.5 cell, MBE off, 2 addition items: a sweep in seconds."""
+    tick(page, "explorer-tau-mask", {"0.5"})
+    tick(page, "explorer-tau-edit", {"0.5"})
+    tick(page, "explorer-mbe", {"off"})
+    open_more(page)
+    tick(page, "explorer-tasks", {"add"})
+    set_number(page, "explorer-n", 2)
+    page.click("#explorer-run")
+    wait_progress(page, "^Done", timeout)
+
+
 def measured(page) -> None:
     """The grid's points on screen: from the cache when opening the tab found them, else swept now."""
     wait_progress(page, "come from the cache|No point|cached;", 60_000)

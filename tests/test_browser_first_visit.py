@@ -118,19 +118,12 @@ def test_keyboard_unicode_and_typed_ranges(browser, app_url):
 
 
 def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
-    from test_browser_explorer import open_more, set_number, tick, wait_progress
+    from test_browser_explorer import run_small_sweep
 
     page = open_page(browser, app_url, "desktop", "light")
     page.get_by_role("tab", name="Score | TPF").click()
     page.wait_for_selector("#explorer-run", timeout=60_000)
-    tick(page, "explorer-tau-mask", {"0.5"})
-    tick(page, "explorer-tau-edit", {"0.5"})
-    tick(page, "explorer-mbe", {"off"})
-    open_more(page)
-    tick(page, "explorer-tasks", {"add"})
-    set_number(page, "explorer-n", 2)
-    page.click("#explorer-run")
-    wait_progress(page, "^Done", 180_000)
+    run_small_sweep(page, 180_000)
     page.screenshot(path=str(ARTIFACTS / "explorer-shipped-model.png"), full_page=True)
     row = page.locator("#explorer-table .virtual-row").filter(has_text="Q").first  # the model's Q preset
     row.locator("[role=gridcell]").nth(2).click()

@@ -185,19 +185,12 @@ def test_tables_and_charts_read_on_a_phone(browser, app_url):
 
 
 def test_explorer_accuracy_and_tpf_read_on_a_phone(browser, app_url):
-    from test_browser_explorer import open_more, set_number, tick, wait_progress
+    from test_browser_explorer import run_small_sweep
 
     page = open_page(browser, app_url)
     page.get_by_role("tab", name="Score | TPF").click()
     page.wait_for_selector("#explorer-run", timeout=WAIT)
-    tick(page, "explorer-tau-mask", {"0.5"})
-    tick(page, "explorer-tau-edit", {"0.5"})
-    tick(page, "explorer-mbe", {"off"})
-    open_more(page)
-    tick(page, "explorer-tasks", {"add"})
-    set_number(page, "explorer-n", 2)
-    page.click("#explorer-run")
-    wait_progress(page, "^Done", 240_000)
+    run_small_sweep(page, 240_000)
     page.wait_for_selector("#explorer-table [role=gridcell]", timeout=WAIT)
     assert unreadable_columns(page, "explorer-table", ["series", "τ_mask", "τ_edit", "accuracy %", "TPF"]) == []
     page.locator("#explorer-table").screenshot(path=str(ARTIFACTS / "phone-explorer-table.png"))
