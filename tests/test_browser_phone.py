@@ -25,7 +25,7 @@ from ui_helpers import launch_app
 MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
 THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 WAIT = 90_000  # ms: a state is awaited this long at most (a loaded CI machine is slow, never this slow)
-EXAMPLE = "Addition (S): all digits drafted at once, one edited"
+EXAMPLE = "Edit (S): a garbled name in the draft, edited in the next forward"
 
 # WCAG contrast of an element's text against what is drawn behind it: the translucent backgrounds of the
 # element and its ancestors composited over the first opaque one (colours come as rgb(), rgba() or

@@ -134,11 +134,11 @@ def test_each_idea_has_a_lesson_that_shows_it(shipped):
     assert tuple(by_idea) == IDEAS
     for rec in shipped.values():
         assert problems(rec) == [], rec.title
-        assert rec.caption and all(t.status == "done" and t.model == "llada2-tiny-moe" for t in rec.runs)
+        assert rec.caption and all(t.status == "done" and t.model == "llada2-cpu-moe" for t in rec.runs)
     s, q = by_idea["modes"].runs
     assert (s.mode, q.mode) == ("S", "Q") and s.prompt == q.prompt
     assert (s.settings.threshold, s.settings.block_length, q.settings.threshold, q.settings.block_length) == \
-        (0.05, 32, 0.9, 16)  # the shipped model's own presets (assets/model/presets.json)
+        (0.5, 32, 0.7, 32)  # the shipped model's presets (assets/model/presets.json: the official S and Q)
     off, on = by_idea["mbe"].runs
     assert on.mbe_edits >= 1 and off.settings.block_length == on.settings.block_length
     baseline = by_idea["baseline"].runs[0]

@@ -63,13 +63,14 @@ def test_cpu_preset_is_a_real_moe_that_fits_the_model_directory():
     assert TRAINING_PRESETS["cpu"].knows and TRAINING_PRESETS["cpu"].decoding == OFFICIAL_DECODING
 
 
-def test_v1_preset_is_the_shipped_models_recipe():
+def test_the_shipped_model_has_v1s_architecture_and_the_cpu_presets():
     tc = preset_config("v1")
     shipped = json.loads((SHIPPED / "config.json").read_text())
     ours = model_config(tc, shipped["vocab_size"]).to_dict()
     arch = [k for k in ours if k not in ("architectures", "model_type")]
     assert {k: ours[k] for k in arch} == {k: ModelConfig.from_dict(shipped).to_dict()[k] for k in arch}
-    assert TRAINING_PRESETS["v1"].decoding == PRESETS  # the table presets.json of assets/model holds
+    assert TRAINING_PRESETS["cpu"].decoding == PRESETS  # the table presets.json of assets/model holds
+    assert shipped["name"] == "llada2-cpu-moe"  # preset cpu continued the v1 model (its card says so)
     assert TRAINING_PRESETS["code"].decoding == OFFICIAL_DECODING
 
 

@@ -118,6 +118,11 @@ def samples_section(samples: list[dict]) -> str:
     return "\n".join(blocks)
 
 
+def origin(init: str | None) -> str:
+    """How the card's first line names where the weights started."""
+    return f"Continued from the weights and tokenizer of `{init}`, then trained" if init else "Trained from scratch"
+
+
 def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict], command: str,
                pilots: list[dict] | None = None) -> Path:
     """Write README.md into the model directory (pilots: {"name", "parameters", "active", "curve"} runs)."""
@@ -127,8 +132,8 @@ def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict]
     tc = summary["config"]
     parts = [
         f"# {config.get('name', out.name)} — a LLaDA2.1-style block-diffusion MoE", "",
-        "Trained from scratch with the LLaDA2.1 objective (M2T drafting + T2T editing, multi-turn forward) on "
-        "the Python source of the machine that trained it and on four checkable tasks.", "",
+        origin(tc.get("init")) + " with the LLaDA2.1 objective (M2T drafting + T2T editing, multi-turn forward) "
+        "on the Python source of the machine that trained it and on four checkable tasks.", "",
         model_section(summary, config, out), "", "## How it was trained", "", training_section(summary, command), "",
         "## Learning curves", "", curve_section(summary, pilots or [], out), "",
         "## Results: Score | TPF in miniature", "",

@@ -48,7 +48,7 @@ from .resume import held_out_loss, load_state, save_state
 from ..data.tasks import TRAIN_WEIGHTS
 
 MODEL_INFO = "model_info.json"  # {"knows": one line on what the model can do}, for the playground
-PRESETS = SHIPPED_DECODING  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)
+PRESETS = TRAINING_PRESETS["cpu"].decoding  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)
 
 
 @dataclass

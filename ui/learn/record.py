@@ -67,26 +67,29 @@ class Lesson:
     gen_length: int = 32
 
 
-DUNZELBAT = ("def dec(dunzelbat):\n", "    dunzelbat = dunzelbat - 1\n    return dunzelbat\n")
-# the first candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` (MBE: the window of 1)
+ZELMIVO = ("def cube(zelmivo):\n", "    return zelmivo * zelmivo * zelmivo\n")
+# candidates of `python -m ui.learn.lesson_search --n 20 --seed 0` on the shipped model (S vs Q: a held-out
+# rename item, seed 1, where S is wrong and Q right; MBE: blocks of 8, the window of 1)
 LESSONS = (
     Lesson("draft", "1 · Drafting in parallel",
-           "S drafts every mask whose p passes τ_mask 0.05: the whole function body appears in one forward, "
-           "and the next forward only checks it.", *DUNZELBAT, (RunSpec("S"),)),
+           "S drafts every mask whose p passes τ_mask 0.5: the whole function body appears in one forward, "
+           "and the next forward only checks it.", *ZELMIVO, (RunSpec("S"),)),
     Lesson("edit", "2 · An edit repairs a draft",
-           "The first forward drafts the sum with a wrong last digit; the second sees the whole draft and edits "
-           "that digit.", "234+697=", "931", (RunSpec("S"),)),
+           "The first forward drafts the whole body with one piece of the name wrong; the second sees the whole "
+           "draft and edits that token.", "def cube(jozelnim):\n", "    return jozelnim * jozelnim * jozelnim\n",
+           (RunSpec("S"),)),
     Lesson("modes", "3 · S vs Q on one prompt",
-           "S drafts the whole body at once and garbles the name; Q drafts only what it is sure of, in many more "
-           "forwards, and gets it right.",
-           "def cube(renpapa):\n", "    return renpapa * renpapa * renpapa\n", (RunSpec("S"), RunSpec("Q"))),
+           "S drafts whatever passes τ_mask 0.5 and garbles the name; Q waits for surer tokens (τ_mask 0.7), "
+           "needs more forwards, and gets it right.",
+           "def inc(nimpa):\n", "    nimpa = nimpa + 1\n    return nimpa\n", (RunSpec("S"), RunSpec("Q"))),
     Lesson("mbe", "4 · MBE repairs an earlier block",
-           "The prompt of lesson 1 in blocks of 8, without and with MBE: both draft the name's first letter wrong "
-           "in block 2; only with MBE does block 2 stay editable while block 3 decodes, and the letter is repaired.",
-           *DUNZELBAT, (RunSpec("S", block_length=8), RunSpec("S", mbe=True, block_length=8))),
+           "In blocks of 8, without and with MBE: both runs draft a doubled `//`; "
+           "only with MBE does the finished block stay editable while the next one decodes, and the extra `//` goes.",
+           "def halve(rengrihol):\n", "    return rengrihol // 2\n",
+           (RunSpec("S", block_length=8), RunSpec("S", mbe=True, block_length=8))),
     Lesson("baseline", "5 · M2T only: no editing",
            "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in more forwards, "
-           "and a token once written never changes.", *DUNZELBAT, (RunSpec("M2T only"),)),
+           "and a token once written never changes.", *ZELMIVO, (RunSpec("M2T only"),)),
 )
 
 
