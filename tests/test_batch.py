@@ -56,13 +56,14 @@ def test_golden_cases_with_continuous_batching_in_float32(ref_model, golden):
 
 EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of different lengths and blocks
     ("def fibonacci(n):", "S", {}),
-    ("def add(a, b):\n    return", "Q", {}),
+    ("def add(a, b):\n    return", "Q", {"block_length": 16}),
     ("class Stack:\n    def __init__(self):", "M2T", {}),
     ("def is_prime(n):", "S", {"mbe": True, "eos_early_stop": False}),
     ("class Stack:\n    def __init__(self):", "S", {"mbe": True, "mbe_window": 2, "eos_early_stop": False}),
     ("import os\n\ndef list_files(path):\n    \"\"\"Return the files under path.\"\"\"\n", "Q", {"gen_length": 40}),
     ("def reverse(s):", "S", {"use_cache": False}),
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
+    ("def halve(rengrihol):\n", "S", {"mbe": True, "block_length": 8}),  # an MBE edit repairs block 1 (Learn's lesson 4)
 ]
 
 
