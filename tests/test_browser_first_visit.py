@@ -132,7 +132,9 @@ def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
     row = page.locator("#explorer-table .virtual-row").filter(has_text="Q").first  # the model's Q preset
     row.locator("[role=gridcell]").nth(2).click()
     page.wait_for_selector("#tau-mask", state="visible", timeout=60_000)  # back on the playground
-    page.wait_for_function("document.querySelector('#tau-mask input[type=number]').value == '0.9'", timeout=60_000)
-    assert page.locator("#block-length input[type=number]").input_value() == "16"  # Q's own block
+    q = json.loads((MODEL / "presets.json").read_text())["Q"]
+    page.wait_for_function(f"Number(document.querySelector('#tau-mask input[type=number]').value) == {q['threshold']}",
+                           timeout=60_000)
+    assert page.locator("#block-length input[type=number]").input_value() == str(q["block_length"])  # Q's own block
     assert page.locator("#mode input[value='Custom']").is_checked()
     page.close()
