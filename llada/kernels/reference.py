@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..model import apply_rope as rope  # NeoX RoPE on the first R dims: the model's own op is the reference
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 GROUP = 128  # tile edge for weights, group length for activations
@@ -166,16 +168,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
     """s = x + residual -> (s, rms_norm(s)): the residual stream and the next sublayer's input."""
     s = x + residual
     return s, rms_norm(s, weight, eps)
-
-
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """NeoX RoPE on the first R dims of x (B, h, T, D) with cos/sin (T, R) fp32; the rest pass through."""
-    rd = cos.shape[-1]
-    rot, rest = x[..., :rd], x[..., rd:]
-    half = rd // 2
-    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
-    rot = (rot.float() * cos + rotated_half.float() * sin).to(x.dtype)
-    return torch.cat([rot, rest], dim=-1)
 
 
 def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor,
