@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
-from ui_helpers import launch_app
+from ui_helpers import shipped_app
 
 MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
 THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
@@ -24,21 +24,7 @@ THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     """The app as a visitor meets it: the shipped model, the shipped budget, the app's theme and CSS."""
-    import os
-
-    from ui import runs
-
-    before, budget = os.environ.get("LLADA_EXPLORER_CACHE"), runs.BUDGET
-    os.environ["LLADA_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("explorer-cache"))  # no sweep from before
-    runs.BUDGET = runs.Budget()  # short example runs: the session's generous test budget is not needed here
-    demo, url = launch_app(MODEL)
-    yield url
-    demo.close()
-    runs.BUDGET = budget
-    if before is None:
-        os.environ.pop("LLADA_EXPLORER_CACHE", None)
-    else:
-        os.environ["LLADA_EXPLORER_CACHE"] = before
+    yield from shipped_app(tmp_path_factory.mktemp("explorer-cache"))
 
 
 def open_page(browser, app_url, viewport: str, theme: str):

@@ -133,7 +133,9 @@ def test_next_edit_shows_the_repair_and_the_mbe_edit(page, lessons):
     shot(page, "edit")
 
     pick(page, lessons["mbe"])
-    hold(page, 0)
+    with_mbe = lessons["mbe"].runs[1]
+    first = min(r.step for r in with_mbe.records if r.kind == "decode" and r.mbe_edits)
+    hold(page, first - 1)  # past any T2T edit before it: the next edit is the MBE edit
     page.click("#learn-next-edit")
     page.wait_for_selector('#canvas-learn-b .tok[data-state="mbe"]', timeout=60_000)
     mbe = page.locator('#canvas-learn-b .tok[data-state="mbe"]').first

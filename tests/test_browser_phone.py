@@ -15,14 +15,11 @@ Screenshots go to tests/artifacts/phone-*.png (not versioned).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
-from ui_helpers import launch_app
+from ui_helpers import shipped_app
 
-MODEL = Path(__file__).resolve().parents[1] / "assets" / "model"
 THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 WAIT = 90_000  # ms: a state is awaited this long at most (a loaded CI machine is slow, never this slow)
 EXAMPLE = "Edit (S): a garbled name in the draft, edited in the next forward"
@@ -62,22 +59,9 @@ CONTRAST_JS = """
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     """The app as a visitor meets it: the shipped model, its lessons, the shipped budget, the app's CSS."""
-    import os
-
-    from ui import runs
     from ui.learn import lessons
 
-    before, budget = os.environ.get("LLADA_EXPLORER_CACHE"), runs.BUDGET
-    os.environ["LLADA_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("explorer-cache"))  # no sweep from before
-    runs.BUDGET = runs.Budget()
-    demo, url = launch_app(MODEL, recordings=lessons.load_recordings())
-    yield url
-    demo.close()
-    runs.BUDGET = budget
-    if before is None:
-        os.environ.pop("LLADA_EXPLORER_CACHE", None)
-    else:
-        os.environ["LLADA_EXPLORER_CACHE"] = before
+    yield from shipped_app(tmp_path_factory.mktemp("explorer-cache"), recordings=lessons.load_recordings())
 
 
 def open_page(browser, app_url, viewport: str = "phone", theme: str = "light"):

@@ -63,3 +63,28 @@ def launch_app(model_dir, recordings: dict | None = None):
     demo.queue(max_size=16, default_concurrency_limit=8).launch(
         server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
     return demo, f"http://127.0.0.1:{port}/"
+
+
+def shipped_app(cache_dir, recordings: dict | None = None):
+    """Yield the URL of the app as a visitor meets it: the shipped model and budget, an empty explorer cache.
+
+    For a module fixture: `yield from shipped_app(tmp_path_factory.mktemp("explorer-cache"))`."""
+    import os
+    from pathlib import Path
+
+    from ui import runs
+
+    model = Path(__file__).resolve().parents[1] / "assets" / "model"
+    before, budget = os.environ.get("LLADA_EXPLORER_CACHE"), runs.BUDGET
+    os.environ["LLADA_EXPLORER_CACHE"] = str(cache_dir)  # no sweep from before
+    runs.BUDGET = runs.Budget()  # short example runs: the session's generous test budget is not needed here
+    demo, url = launch_app(model, recordings=recordings)
+    try:
+        yield url
+    finally:
+        demo.close()
+        runs.BUDGET = budget
+        if before is None:
+            os.environ.pop("LLADA_EXPLORER_CACHE", None)
+        else:
+            os.environ["LLADA_EXPLORER_CACHE"] = before

@@ -83,8 +83,8 @@ LESSONS = (
            "needs more forwards, and gets it right.",
            "def inc(nimpa):\n", "    nimpa = nimpa + 1\n    return nimpa\n", (RunSpec("S"), RunSpec("Q"))),
     Lesson("mbe", "4 · MBE repairs an earlier block",
-           "In blocks of 8, without and with MBE: both runs draft a doubled `//`; "
-           "only with MBE does the finished block stay editable while the next one decodes, and the extra `//` goes.",
+           "In blocks of 8, without and with MBE: in both runs a T2T edit turns a space of block 1 into a second "
+           "`//`; only with MBE does that finished block stay editable while block 2 decodes, and the edit is undone.",
            "def halve(rengrihol):\n", "    return rengrihol // 2\n",
            (RunSpec("S", block_length=8), RunSpec("S", mbe=True, block_length=8))),
     Lesson("baseline", "5 · M2T only: no editing",
