@@ -82,6 +82,12 @@ def settled_step(page, elem_id: str = "canvas-learn") -> int:
     return last
 
 
+def first_step(trace, state: str) -> int:
+    """The first decode step of `trace` with a change of this canvas state ("edit": T2T, "mbe": MBE)."""
+    kind = {"edit": "edits", "mbe": "mbe_edits"}[state]
+    return min(r.step for r in trace.records if r.kind == "decode" and getattr(r, kind))
+
+
 def hold(page, step: int) -> None:
     """Pause, then scrub to `step` once no tick is on its way."""
     page.click("#learn-pause")
@@ -133,9 +139,7 @@ def test_next_edit_shows_the_repair_and_the_mbe_edit(page, lessons):
     shot(page, "edit")
 
     pick(page, lessons["mbe"])
-    with_mbe = lessons["mbe"].runs[1]
-    first = min(r.step for r in with_mbe.records if r.kind == "decode" and r.mbe_edits)
-    hold(page, first - 1)  # past any T2T edit before it: the next edit is the MBE edit
+    hold(page, first_step(lessons["mbe"].runs[1], "mbe") - 1)  # past any T2T edit before it: the next is MBE
     page.click("#learn-next-edit")
     page.wait_for_selector('#canvas-learn-b .tok[data-state="mbe"]', timeout=60_000)
     mbe = page.locator('#canvas-learn-b .tok[data-state="mbe"]').first

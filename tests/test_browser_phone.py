@@ -235,7 +235,7 @@ def test_a_picked_lesson_plays_in_view(browser, app_url):
 
 @pytest.mark.parametrize("theme", list(THEMES))
 def test_token_text_keeps_its_contrast_on_every_wash(browser, app_url, theme):
-    from test_browser_learn import hold, pick
+    from test_browser_learn import first_step, hold, pick
     from ui.learn import lessons as recorded
 
     lessons = {r.idea: r for r in recorded.load_recordings().values()}
@@ -245,7 +245,7 @@ def test_token_text_keeps_its_contrast_on_every_wash(browser, app_url, theme):
     seen: dict[str, float] = {}
     for idea, state in (("edit", "edit"), ("mbe", "mbe")):
         pick(page, lessons[idea])
-        hold(page, 0)
+        hold(page, first_step(lessons[idea].runs[-1], state) - 1)  # the next edit is one of this kind
         page.click("#learn-next-edit")
         page.wait_for_selector(f'.canvas[id^=canvas-learn] .tok[data-state="{state}"] .old', timeout=WAIT)
         texts = page.locator(".canvas[id^=canvas-learn] .tok:not(.cut) :is(.txt, .old, .new)")
