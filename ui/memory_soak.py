@@ -99,7 +99,7 @@ def _compare_once(visitor: soak.Visitor) -> None:
     """A tab that compares S and Q, then closes (a visit compares only now and then): what the first comparison
     loads (plotly's JSON encoder, ...) is loaded before the count."""
     session, page = uuid.uuid4().hex, visitor.page
-    beat = soak.Heartbeat(page.url, session)
+    beat = soak.Heartbeat(visitor.beats, page.url, session)
     compare = page.event("run-compare", "click")
     visitor.call(session, compare, page.data(compare, prompt=soak.PROMPTS[0], gen_length=32))
     beat.close()
