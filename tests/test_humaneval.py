@@ -204,7 +204,7 @@ def test_the_embedded_model_run_writes_the_table_and_the_rows(subset_file, tmp_p
             assert {"completion", "solution", "base", "plus", "error", "forwards", "seconds", "check_seconds"} <= set(r)
             assert r["prompt_tokens"] > 0 and r["mode"] == mode and r["gen_length"] == 16
     table = format_table(report)
-    assert "| S | 0.05 | 0 | " in table and "HumanEval+ score \\| TPF" in table
+    assert "| S | 0.5 | 0 | " in table and "HumanEval+ score \\| TPF" in table
     assert f"{report['modes']['Q']['humaneval']:.2f} \\| {report['modes']['Q']['tpf']:.2f}" in table
 
 
