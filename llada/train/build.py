@@ -78,7 +78,8 @@ def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows,
     train_tokens = sum(len(t) + 1 for t in tokens)
     windows = window_rows(tokens, tc.code_length, eos) if tc.window_share > 0 else _empty(tc.code_length)
     del tokens
-    functions = function_rows(hf, corpus.functions, tc.code_length, eos, pack) if tc.window_share < 1 \
+    picked = [f for f in corpus.functions if _body_fits(f.body, tc.min_body_lines, tc.max_body_lines)]
+    functions = function_rows(hf, picked, tc.code_length, eos, pack) if tc.window_share < 1 \
         else _empty(tc.code_length)
     held_out = sum(len(t) + 1 for t in encode_texts(hf, [f.text for f in corpus.held_out]))
     files = list(corpus.held_out)
@@ -91,6 +92,12 @@ def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows,
     random.Random(f"held-out/{tc.seed}").shuffle(held_fns)
     held_rows = function_rows(hf, held_fns[:HELD_OUT_ROWS], tc.code_length, eos)
     return windows, functions, held_rows, train_tokens, held_out
+
+
+def _body_fits(body: str, least: int, most: int) -> bool:
+    """A body of at least `least` and (most > 0) at most `most` non-blank lines."""
+    lines = sum(1 for line in body.splitlines() if line.strip())
+    return lines >= least and (most <= 0 or lines <= most)
 
 
 def _functions(file) -> list:

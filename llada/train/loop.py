@@ -83,6 +83,8 @@ class TrainConfig:
     code_batch: int = 32
     window_share: float = 0.5  # code batches of file windows (else functions)
     pack: bool = False  # function rows: pack several functions per row (on block boundaries)
+    min_body_lines: int = 0  # function rows: only functions whose body has at least this many non-blank lines
+    max_body_lines: int = 0  # ... and at most this many (0: no bound)
     task_length: int = 32
     task_batch: int = 64
     code_share: float = 0.8  # share of steps that train on code (the rest on tasks)
