@@ -133,7 +133,7 @@ def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app,
     t0 = time.monotonic()
     big = client.submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, api_name="/generate")  # 1 token per forward
     while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 300:
-        time.sleep(0.05)
+        time.sleep(0.05)  # waits for: the big run iterating (poll interval, 300 s bound)
     short_client = gradio_client.Client(app, verbose=False)
     _, short = short_client.predict(*OK, api_name="/generate")
     big_was_running = not big.done()  # the short request ran beside the long one, not after it

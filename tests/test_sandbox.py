@@ -111,7 +111,7 @@ def test_the_whole_process_group_is_killed_at_the_end():
         if pid == 0:
             for fd in (1, 2, int(sys.argv[1])):
                 os.close(fd)
-            time.sleep(120)
+            time.sleep(120)  # waits for: being killed with the group (the sandboxed grandchild outlives its parent)
             os._exit(0)
         os.write(int(sys.argv[1]), str(pid).encode())
         os._exit(0)
@@ -119,7 +119,7 @@ def test_the_whole_process_group_is_killed_at_the_end():
     pid = int(done.result)
     deadline = time.monotonic() + 90  # a generous bound: the child's end is waited for, not assumed
     while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.05)
+        time.sleep(0.05)  # waits for: the child's end (poll interval, 90 s bound)
     assert not _alive(pid)
 
 

@@ -159,7 +159,7 @@ def test_a_sweep_click_finding_one_running_answers_without_a_decode_slot(app, mo
         deadline = time.monotonic() + 300
         for job in long_runs:  # waits until both hold their decode slot, with a generous bound
             while job.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() < deadline:
-                time.sleep(0.05)
+                time.sleep(0.05)  # waits for: both long runs iterating (poll interval of the bounded wait above)
         answers = [call(url, fn_index(demo, "sweeps.sweep_free"), []) for _ in range(5)]
         still_running = [not job.done() for job in long_runs]
     finally:

@@ -52,7 +52,7 @@ def _wait_for(port: int, proc: subprocess.Popen, output: Path, seconds: float = 
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
-        time.sleep(0.5)
+        time.sleep(0.5)  # waits for: the app's port (poll interval of the bounded wait)
     pytest.fail(f"app.py did not start in {seconds} s:\n{output.read_text()[-3000:]}")
 
 
