@@ -19,11 +19,13 @@ import torch
 
 from ..checkpoint import load_model
 from ..config import ModelConfig
+from ..data.sources import source_roots
 from ..data.tasks import TASKS, sample
 from ..model import LLaDA2MoE
 from .bpe import build_tokenizer, load_fast, save_tokenizer
 from .corpus import CodeCorpus, bpe_sample, build_corpus
 from .data import CodeStream, Rows, TaskStream, encode_texts, function_rows, window_rows
+from .pip_sources import PackageInfo, install, is_from
 from .resume import load_rows, save_rows
 
 HELD_OUT_ROWS = 64  # held-out function rows of the loss curve
@@ -70,7 +72,7 @@ def _empty(length: int) -> Rows:
                 torch.zeros(0, dtype=torch.int32))
 
 
-def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows, int, int]:
+def _rows(tc, corpus: CodeCorpus, hf, progress: bool, packages: list[PackageInfo]) -> tuple[Rows, Rows, Rows, int, int]:
     """Window rows, function rows, held-out function rows, and the token counts of the training and
     held-out files (+ EOS each)."""
     eos, pack = hf.eos_token_id, max(tc.block_lengths) if tc.pack else 0
@@ -79,6 +81,7 @@ def _rows(tc, corpus: CodeCorpus, hf, progress: bool) -> tuple[Rows, Rows, Rows,
     windows = window_rows(tokens, tc.code_length, eos) if tc.window_share > 0 else _empty(tc.code_length)
     del tokens
     picked = [f for f in corpus.functions if _body_fits(f.body, tc.min_body_lines, tc.max_body_lines)]
+    picked += [f for f in picked if is_from(f.key, packages)] * (tc.pip_repeat - 1)
     functions = function_rows(hf, picked, tc.code_length, eos, pack) if tc.window_share < 1 \
         else _empty(tc.code_length)
     held_out = sum(len(t) + 1 for t in encode_texts(hf, [f.text for f in corpus.held_out]))
@@ -111,10 +114,16 @@ def _functions(file) -> list:
 
 def _fresh_data(tc, out: Path, progress: bool):
     """Corpus, tokenizer and rows built from the installed source; the rows are saved to OUT/rows.pt."""
-    corpus = build_corpus(tc.sources, tc.roots, tc.max_files, progress=progress)
+    packages = install(tuple(tc.pip_packages), out / "pip") if tc.pip_packages else []
+    roots = tc.roots
+    if packages:  # the installed sources (or the explicit roots) and the scratch folder beside them
+        roots = [*(source_roots(tc.sources) if tc.roots is None else tc.roots), out / "pip"]
+    corpus = build_corpus(tc.sources, roots, tc.max_files, progress=progress)
     hf = _tokenizer(tc, corpus, out)
-    windows, functions, held_rows, train_tokens, held_out_tokens = _rows(tc, corpus, hf, progress)
-    data = {"sources": list(tc.sources) if tc.roots is None else [str(r) for r in corpus.roots],
+    windows, functions, held_rows, train_tokens, held_out_tokens = _rows(tc, corpus, hf, progress, packages)
+    data = {"sources": (list(tc.sources) if tc.roots is None else [str(r) for r in tc.roots])
+            + [f"PyPI {p.name} {p.version} ({p.license})" for p in packages],
+            "pip_packages": [p.summary() for p in packages],
             "roots": [str(r) for r in corpus.roots], "found": corpus.stats.found,
             "duplicates": corpus.stats.duplicates, "dropped": dict(corpus.stats.dropped),
             "train_files": len(corpus.files), "train_chars": corpus.chars, "train_tokens": train_tokens,

@@ -31,7 +31,7 @@ import torch
 from .loop import TrainConfig, preset_config, setup, train
 from .recipes import ASSUMED_TFLOPS, TRAINING_PRESETS, estimated_steps, sizes
 
-TUPLES = {"sources": str, "roots": str, "block_lengths": int}
+TUPLES = {"sources": str, "roots": str, "block_lengths": int, "pip_packages": str}
 OPTIONAL = {"steps": int, "max_files": int, "init": str, "data_from": str}
 
 

@@ -85,6 +85,8 @@ class TrainConfig:
     pack: bool = False  # function rows: pack several functions per row (on block boundaries)
     min_body_lines: int = 0  # function rows: only functions whose body has at least this many non-blank lines
     max_body_lines: int = 0  # ... and at most this many (0: no bound)
+    pip_packages: tuple[str, ...] = ()  # also train on these PyPI packages, pip-installed into OUT/pip
+    pip_repeat: int = 1  # their function rows, this many times
     task_length: int = 32
     task_batch: int = 64
     code_share: float = 0.8  # share of steps that train on code (the rest on tasks)
