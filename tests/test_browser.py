@@ -145,14 +145,23 @@ def test_live_frames_patch_the_canvas_and_stop_shows_the_stopped_run(page):
     set_number(page, "tau-mask", 1)  # one draft per forward: a long run
     set_number(page, "block-length", 4)
     set_number(page, "gen-length", 800)
-    page.click("#generate")
-    # between keyframes the canvas advances by patches: its step passes the keyframe it was drawn at
-    page.wait_for_function("(() => { const c = document.querySelector('#canvas');"
-                           " return c && c.dataset.base && Number(c.dataset.step) > Number(c.dataset.base); })()",
-                           timeout=60_000)
-    page.click("#stop", timeout=90_000)  # a starved renderer takes the click late, but takes it
-    page.wait_for_function("document.querySelector('#stats').innerText.startsWith('stopped at forward')",
-                           timeout=90_000)
+    for attempt in range(3):  # on a starved machine the run may end before the Stop click lands: run again
+        page.click("#generate")
+        page.wait_for_function("document.querySelector('#stats').innerText.includes('running')", timeout=90_000)
+        # between keyframes the canvas advances by patches: its step passes the keyframe it was drawn at
+        page.wait_for_function("(() => { const c = document.querySelector('#canvas');"
+                               " return c && c.dataset.base && Number(c.dataset.step) > Number(c.dataset.base); })()",
+                               timeout=60_000)
+        # the click event itself: a renderer starved by a loaded machine may never finish the scroll and
+        # stability checks of a pointer click while frames keep arriving
+        page.dispatch_event("#stop", "click", timeout=90_000)
+        page.wait_for_function("(() => { const t = document.querySelector('#stats').innerText;"
+                               " return t.startsWith('stopped at forward') || /done|budget reached/.test(t); })()",
+                               timeout=90_000)
+        if page.inner_text("#stats").startswith("stopped at forward"):
+            break
+    else:
+        pytest.fail(f"three runs each ended before Stop was taken: {page.inner_text('#stats')[:200]}")
     forwards = int(re.search(r"stopped at forward (\d+)", page.inner_text("#stats")).group(1))
     assert 0 < forwards < 1000 and canvas_attr(page, "data-steps") > 0
     page.locator("#canvas").screenshot(path=str(ARTIFACTS / "stopped.png"))
