@@ -208,6 +208,20 @@ def test_the_embedded_model_run_writes_the_table_and_the_rows(subset_file, tmp_p
     assert f"{report['modes']['Q']['humaneval']:.2f} \\| {report['modes']['Q']['tpf']:.2f}" in table
 
 
+def test_batched_problems_decode_as_they_would_alone(subset_file, tmp_path):
+    keep = ("task_id", "completion", "solution", "tokens", "forwards", "edits", "mbe_edits", "base", "plus", "error")
+    rows = {}
+    for batch in ("1", "3"):
+        out = run_cli("--model", "assets/model", "--data", str(subset_file), "--n", "3", "--modes", "S",
+                      "--gen-length", "24", "--batch", batch, "--cache", str(tmp_path / "cache"),
+                      "--out", str(tmp_path / batch), "--json", "--quiet")
+        assert out.returncode == 0, out.stderr
+        lines = (tmp_path / batch / "S.jsonl").read_text().splitlines()
+        rows[batch] = [{k: json.loads(line)[k] for k in keep} for line in lines]
+    assert len(rows["1"]) == 3 and rows["3"] == rows["1"]
+    assert run_cli("--model", "assets/model", "--batch", "0").stderr.strip().endswith("--batch must be at least 1")
+
+
 def test_a_long_prompt_gets_the_room_that_is_left():
     assert fit_gen_length(100, 512, 32, 1024) == 512
     assert fit_gen_length(700, 512, 32, 1024) == 324  # 1024 positions, whole blocks counted from 0

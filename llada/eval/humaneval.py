@@ -28,7 +28,9 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
+from ..config import DecodeConfig
 from ..presets import load_presets
 from .humaneval_data import DATA, MINI, HumanEvalError, Problem, load_problems
 from .humaneval_prompt import build_prompt, solution_of
@@ -43,20 +45,48 @@ def fit_gen_length(prompt_length: int, gen_length: int, block_length: int, posit
     return min(gen_length, positions // block_length * block_length - prompt_length)
 
 
-def decode_problem(pipe, problem: Problem, mode: str, gen_length: int, chat: bool | None) -> dict:
-    """One greedy completion of a problem: the per-problem row without the verdict."""
+class Job(NamedTuple):
+    """A problem ready to decode: its row so far (no verdict), its prompt ids and settings (None: no room)."""
+
+    problem: Problem
+    row: dict
+    ids: list[int]
+    cfg: DecodeConfig | None
+
+
+def prepare(pipe, problem: Problem, mode: str, gen_length: int, chat: bool | None) -> Job:
+    """The problem's prompt and settings, the generation cut to what fits the model."""
     prompt = build_prompt(pipe.tokenizer, problem, chat)
     cfg = pipe.config(mode, gen_length=gen_length, eos_early_stop=True)
     room = fit_gen_length(len(prompt.ids), gen_length, cfg.block_length, pipe.model.config.max_position_embeddings)
-    row = {"task_id": problem.task_id, "mode": mode, "prompt_tokens": len(prompt.ids), "gen_length": room}
+    row = {"task_id": problem.task_id, "mode": mode, "prompt_tokens": len(prompt.ids), "gen_length": room,
+           "prompt": prompt}
     if room < 1:
-        return {**row, "completion": "", "solution": "", "tokens": 0, "forwards": 0, "edits": 0, "mbe_edits": 0,
-                "seconds": 0.0, "skip": "prompt_too_long"}
-    trace = pipe.generate(prompt.ids, pipe.config(mode, gen_length=room, eos_early_stop=True))
+        return Job(problem, {**row, "completion": "", "solution": "", "tokens": 0, "forwards": 0, "edits": 0,
+                             "mbe_edits": 0, "seconds": 0.0, "skip": "prompt_too_long"}, prompt.ids, None)
+    return Job(problem, row, prompt.ids, pipe.config(mode, gen_length=room, eos_early_stop=True))
+
+
+def finish(pipe, job: Job, trace) -> dict:
+    """The per-problem row (without the verdict) from its finished trace."""
     completion = pipe.decode_text([t for t in trace.output_ids if t != pipe.eos_id])
-    return {**row, "completion": completion, "solution": solution_of(problem, prompt, completion),
+    return {**job.row, "completion": completion, "solution": solution_of(job.problem, job.row["prompt"], completion),
             "tokens": len(trace.output_ids), "forwards": trace.forwards, "edits": trace.edits,
             "mbe_edits": trace.mbe_edits, "seconds": round(trace.seconds, 4), "skip": None}
+
+
+def decode_problems(pipe, problems: list[Problem], mode: str, args) -> Iterator[tuple[Job, dict]]:
+    """(job, row) of every problem in order, `args.batch` problems sharing each forward (every trace as
+    if decoded alone); a row's `seconds` is the engine time of the rounds it took part in."""
+    jobs = [prepare(pipe, p, mode, args.gen_length, args.chat) for p in problems]
+    for lo in range(0, len(jobs), args.batch):
+        chunk = jobs[lo:lo + args.batch]
+        live = [j for j in chunk if j.cfg is not None]
+        traces = iter(pipe.generate_batch([j.ids for j in live], [j.cfg for j in live], max_batch=args.batch)
+                      if live else [])
+        for job in chunk:
+            row = job.row if job.cfg is None else finish(pipe, job, next(traces))
+            yield job, {k: v for k, v in row.items() if k != "prompt"}
 
 
 def add_verdict(row: dict, verdict: Verdict | None) -> dict:
@@ -66,31 +96,33 @@ def add_verdict(row: dict, verdict: Verdict | None) -> dict:
             "check_seconds": verdict.seconds}
 
 
-def run_mode(pipe, evaluator: Evaluator, problems: list[Problem], mode: str, args, bar) -> list[dict]:
-    """Decode every problem in a mode, checking each in the background; the per-problem rows."""
+def run_mode(pipe, evaluator: Evaluator, problems: list[Problem], mode: str, args, bar) -> tuple[list[dict], float]:
+    """Decode every problem in a mode, checking each in the background; the per-problem rows and the
+    decoding's wall seconds."""
     from concurrent.futures import ThreadPoolExecutor
 
-    rows, futures = [], []
+    rows, futures, decoding = [], [], 0.0
     with ThreadPoolExecutor(max_workers=evaluator.jobs) as pool:
-        for problem in problems:
-            row = decode_problem(pipe, problem, mode, args.gen_length, args.chat)
+        started = time.monotonic()
+        for job, row in decode_problems(pipe, problems, mode, args):
             rows.append(row)
-            futures.append(None if row["skip"] else pool.submit(evaluator.check, problem, row["solution"], args.plus))
+            futures.append(None if row["skip"] else pool.submit(evaluator.check, job.problem, row["solution"],
+                                                                 args.plus))
             bar.update(1)
-        return [add_verdict(row, f and f.result()) for row, f in zip(rows, futures)]
+        decoding = time.monotonic() - started
+        return [add_verdict(row, f and f.result()) for row, f in zip(rows, futures)], decoding
 
 
-def mode_summary(cfg, rows: list[dict], plus: bool) -> dict:
-    """The mode's line of the report."""
+def mode_summary(cfg, rows: list[dict], plus: bool, seconds: float) -> dict:
+    """The mode's line of the report; `seconds`: the decoding's wall time (TPS = generated tokens / it)."""
     n = max(len(rows), 1)
     tokens, forwards = sum(r["tokens"] for r in rows), sum(r["forwards"] for r in rows)
-    seconds = sum(r["seconds"] for r in rows)
     base, plus_passed = sum(r["base"] for r in rows), sum(bool(r["plus"]) for r in rows)
     return {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, "block_length": cfg.block_length,
             "humaneval": 100.0 * base / n, "humaneval_plus": 100.0 * plus_passed / n if plus else None,
             "passed": {"base": base, "plus": plus_passed if plus else None, "total": len(rows)},
             "tpf": tokens / max(forwards, 1), "tps": tokens / seconds if seconds else 0.0, "tokens": tokens,
-            "forwards": forwards, "edits": sum(r["edits"] + r["mbe_edits"] for r in rows), "seconds": seconds,
+            "forwards": forwards, "edits": sum(r["edits"] + r["mbe_edits"] for r in rows), "seconds": round(seconds, 2),
             "failures": dict(Counter(r["error"] for r in rows if r["error"]).most_common())}
 
 
@@ -123,10 +155,10 @@ def evaluate(pipe, evaluator: Evaluator, problems: list[Problem], args) -> dict:
               "plus": args.plus, "isolated": evaluator.sandbox.isolated, "out": str(out), "modes": {}}
     for mode in args.modes:
         start = time.monotonic()
-        rows = run_mode(pipe, evaluator, problems, mode, args, bar)
+        rows, decoding = run_mode(pipe, evaluator, problems, mode, args, bar)
         with open(out / f"{mode}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
-        report["modes"][mode] = {**mode_summary(pipe.config(mode), rows, args.plus),
+        report["modes"][mode] = {**mode_summary(pipe.config(mode), rows, args.plus, decoding),
                                  "wall_seconds": round(time.monotonic() - start, 1)}
         bar.set_postfix(mode=mode, base=f"{report['modes'][mode]['humaneval']:.1f}")
     bar.close()
@@ -147,6 +179,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gen-length", type=int, default=512, help="tokens per completion (cut to fit the model)")
     ap.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
                     help="chat prompt (auto: when the tokenizer has a chat template)")
+    ap.add_argument("--batch", type=int, default=8, help="problems decoded together, sharing each forward "
+                    "(every trace as if decoded alone; default 8)")
     ap.add_argument("--jobs", type=int, default=None, help="programs checked at a time (default: CPUs, at most 4)")
     ap.add_argument("--isolate", choices=("auto", "bwrap", "none"), default="auto",
                     help="bubblewrap around each program (auto: when it works here)")
@@ -165,6 +199,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--n must be at least 1")
     if args.gen_length < 1:
         ap.error("--gen-length must be at least 1")
+    if args.batch < 1:
+        ap.error("--batch must be at least 1")
     if args.jobs is not None and args.jobs < 1:
         ap.error("--jobs must be at least 1")
     args.chat = {"auto": None, "on": True, "off": False}[args.chat]
