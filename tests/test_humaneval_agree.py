@@ -19,7 +19,7 @@ import pytest
 
 from llada.eval.evalplus_agree import DEFAULT_PATH, Row, Sample, main, reason
 from llada.eval.evalplus_samples import HOSTILE_PREFIX, _before_body, base_only, canonical, edge, hostile, wrong
-from llada.eval.humaneval_data import DATA, load_problems
+from llada.eval.humaneval_data import DATA, Reference, load_problems
 from llada.eval.humaneval_score import Evaluator, Verdict
 
 SUBSET = ("HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/32")
@@ -89,6 +89,12 @@ def test_each_known_difference_is_named(problems):
     odd = Verdict("HumanEval/0", False, False, "wrong", "input 3: wrong output", 0.5)
     assert reason(_row(problems, "HumanEval/0", odd, ep_pass)).startswith("unexplained")
     assert _row(problems, "HumanEval/0", ours_pass._replace(task_id="HumanEval/0"), ep_pass).agrees
+    slow_ref = Reference([], [0.0] * 7, [], [0.0, 0.4, 0.0])  # plus input 1 takes the canonical solution 0.4 s
+    ep_slow = {"base_status": "pass", "plus_status": "fail", "base_details": [True] * 7, "plus_details": [True, False]}
+    slow = Row(Sample("f.jsonl", 1, "x", problems["HumanEval/0"], ""), ours_pass, ep_slow, slow_ref)
+    assert reason(slow).startswith("a time limit, probably: EvalPlus fails plus input 1")
+    quick = slow._replace(ref=Reference([], [0.0] * 7, [], [0.0, 0.001, 0.0]))
+    assert reason(quick).startswith("unexplained")  # a quick input that fails is not blamed on the clock
 
 
 def test_without_evalplus_the_command_says_how_to_install_it(tmp_path, capsys):

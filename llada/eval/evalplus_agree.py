@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from .humaneval_data import DATA, HumanEvalError, Problem, load_problems
+from .humaneval_data import DATA, HumanEvalError, Problem, Reference, load_problems
 from .humaneval_score import Evaluator, Verdict, read_samples
 from .sandbox import BWRAP, Limits, Sandbox, _bwrap_flags
 
@@ -44,6 +44,7 @@ DEFAULT_PATH = os.environ.get("EVALPLUS_PATH", "/tmp/evalplus-scratch")
 INSTALL = ("pip install --no-deps --target DIR evalplus==0.3.1 psutil termcolor appdirs wget tempdir "
            "tree-sitter tree-sitter-python")
 REFUSED = ("write", "network", "process", "ctypes")  # what the sandbox refuses even when it is swallowed
+SLOW_INPUT = 0.05  # seconds of a canonical run: an input whose limit load can break
 
 
 class Sample(NamedTuple):
@@ -60,6 +61,7 @@ class Row(NamedTuple):
     sample: Sample
     ours: Verdict
     evalplus: dict  # evalplus_child's line: base_status, plus_status, base_details, plus_details
+    ref: Reference | None = None  # this project's canonical outputs and seconds for the problem
 
     @property
     def ep_base(self) -> bool:
@@ -98,10 +100,10 @@ def read_all(paths: list[str], problems: dict[str, Problem]) -> list[Sample]:
 
 
 def run_ours(samples: list[Sample], problems: list[Problem], data: str, cache: str | None,
-             jobs: int) -> list[Verdict]:
+             jobs: int) -> tuple[list[Verdict], dict[str, Reference]]:
     needed = {s.problem.task_id for s in samples}
     ev = Evaluator([p for p in problems if p.task_id in needed], data=data, cache_dir=cache, jobs=jobs)
-    return ev.check_all([(s.problem, s.solution) for s in samples], plus=True)
+    return ev.check_all([(s.problem, s.solution) for s in samples], plus=True), ev.refs
 
 
 def evalplus_box(path: str) -> EvalPlusBox:
@@ -155,12 +157,31 @@ def reason(row: Row) -> str:
                 f"error and answers right; EvalPlus's guard does not look")
     if ours.error == "output" and row.ep_base:
         return "prints more than the sandbox keeps (1 MiB); EvalPlus swallows any amount of output"
+    slow = _slow_input(row)
+    if slow:
+        return slow
     if ours.error == "timeout" or "timeout" in (ep["base_status"], ep["plus_status"]):
         return (f"a time limit on a busy machine: ours {ours.error or 'pass'} after {ours.seconds:.1f} s, "
                 f"EvalPlus base {ep['base_status']}, plus {ep['plus_status']}")
     return (f"unexplained: ours base {ours.base} plus {ours.plus} ({ours.error}: {ours.detail}); EvalPlus base "
             f"{ep['base_status']} after {len(ep['base_details'])} inputs, plus {ep['plus_status']} after "
             f"{len(ep['plus_details'])}")
+
+
+def _slow_input(row: Row) -> str | None:
+    """EvalPlus failed an input where this scorer passed, and the canonical solution is slow on it."""
+    for group, ours_passed in (("base", row.ours.base), ("plus", bool(row.ours.plus))):
+        details = row.evalplus[f"{group}_details"]
+        if not ours_passed or row.ref is None or row.evalplus[f"{group}_status"] != "fail" or not details \
+                or details[-1]:
+            continue
+        index = len(details) - 1
+        seconds = getattr(row.ref, f"{group}_time")[index]
+        if seconds >= SLOW_INPUT:
+            return (f"a time limit, probably: EvalPlus fails {group} input {index}, on which the canonical "
+                    f"solution took {seconds:.2f} s here; each evaluator times the canonical solution itself and "
+                    f"allows max(1 s, 4x) per input, and EvalPlus records an input's timeout as a failed input")
+    return None
 
 
 def summary(rows: list[Row]) -> dict:
@@ -186,14 +207,21 @@ def per_problem(rows: list[Row]) -> list[dict]:
     return out
 
 
-def disagreements(rows: list[Row]) -> list[dict]:
+def disagreements(rows: list[Row], second: dict[int, dict]) -> list[dict]:
+    """Each sample whose verdicts differ, why, and (with --recheck) both verdicts of a second run."""
     return [{"file": r.sample.file, "line": r.sample.line, "task_id": r.sample.problem.task_id,
              "label": r.sample.label,
              "ours": {"base": r.ours.base, "plus": bool(r.ours.plus), "error": r.ours.error, "detail": r.ours.detail},
              "evalplus": {"base_status": r.evalplus["base_status"], "plus_status": r.evalplus["plus_status"],
                           "base_recorded": len(r.evalplus["base_details"]),
                           "plus_recorded": len(r.evalplus["plus_details"])},
-             "reason": reason(r)} for r in rows if not r.agrees]
+             "reason": reason(r), **({"second_run": second[i]} if i in second else {})}
+            for i, r in enumerate(rows) if not r.agrees]
+
+
+def verdicts(row: Row) -> dict:
+    return {"ours": {"base": row.ours.base, "plus": bool(row.ours.plus), "error": row.ours.error},
+            "evalplus": {"base": row.ep_base, "plus": row.ep_plus}, "agrees": row.agrees}
 
 
 def by_label(rows: list[Row]) -> dict[str, dict]:
@@ -221,23 +249,39 @@ def print_report(report: dict, out=None) -> None:
         p(f"  {d['task_id']} ({Path(d['file']).name} line {d['line']} {d['label']}): ours base {d['ours']['base']} "
           f"plus {d['ours']['plus']} ({d['ours']['error']}); EvalPlus base {d['evalplus']['base_status']} plus "
           f"{d['evalplus']['plus_status']}\n      {d['reason']}")
+        if "second_run" in d:
+            again = d["second_run"]
+            p(f"      second run: {'they agree' if again['agrees'] else 'they differ again'} (ours base "
+              f"{again['ours']['base']} plus {again['ours']['plus']}, EvalPlus base {again['evalplus']['base']} "
+              f"plus {again['evalplus']['plus']})")
+
+
+def compare(box: EvalPlusBox, samples: list[Sample], problems: list[Problem],
+            args: argparse.Namespace) -> tuple[list[Row], dict, dict]:
+    """Both evaluators' verdicts on the samples, EvalPlus's closing line and the seconds each took."""
+    start = time.monotonic()
+    ours, refs = run_ours(samples, problems, args.data, args.cache, args.jobs)
+    ours_seconds = time.monotonic() - start
+    ep, closing = run_evalplus(box, samples, args.evalplus_path, args.data, args.jobs, args.timeout)
+    rows = [Row(s, o, e, refs[s.problem.task_id]) for s, o, e in zip(samples, ours, ep)]
+    return rows, closing, {"ours": round(ours_seconds, 1), "evalplus": round(time.monotonic() - start - ours_seconds, 1),
+                           "evalplus_groundtruth": closing["seconds_groundtruth"]}
 
 
 def agree(samples: list[Sample], problems: list[Problem], args: argparse.Namespace) -> dict:
     box = evalplus_box(args.evalplus_path)
-    start = time.monotonic()
-    ours = run_ours(samples, problems, args.data, args.cache, args.jobs)
-    ours_seconds = time.monotonic() - start
-    ep, closing = run_evalplus(box, samples, args.evalplus_path, args.data, args.jobs, args.timeout)
-    rows = [Row(s, o, e) for s, o, e in zip(samples, ours, ep)]
+    rows, closing, seconds = compare(box, samples, problems, args)
+    differ = [i for i, r in enumerate(rows) if not r.agrees]
+    second: dict[int, dict] = {}
+    if args.recheck and differ:  # the differing samples once more, both sides: a verdict that flips is timing
+        again, _, seconds["recheck"] = compare(box, [rows[i].sample for i in differ], problems, args)
+        second = {i: verdicts(r) for i, r in zip(differ, again)}
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "evalplus_version": closing["version"], "evalplus_install": INSTALL.replace("DIR", args.evalplus_path),
             "data": str(args.data), "command": "python -m llada.eval.evalplus_agree " + shlex.join(args.argv),
             "isolated": Sandbox().isolated,
-            "seconds": {"ours": round(ours_seconds, 1), "evalplus": round(time.monotonic() - start - ours_seconds, 1),
-                        "evalplus_groundtruth": closing["seconds_groundtruth"]},
-            "total": summary(rows), "by_label": by_label(rows), "problems": per_problem(rows),
-            "disagreements": disagreements(rows)}
+            "load_average": os.getloadavg(), "seconds": seconds, "total": summary(rows), "by_label": by_label(rows),
+            "problems": per_problem(rows), "disagreements": disagreements(rows, second)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="programs checked at a time by each evaluator")
     ap.add_argument("--cache", default=None, help="this project's canonical-output cache folder")
     ap.add_argument("--timeout", type=float, default=7200.0, help="seconds EvalPlus's whole run may take")
+    ap.add_argument("--recheck", action="store_true", help="run the samples that differ once more on both sides")
     ap.add_argument("--json", default=None, help="also write the report to this file")
     args = ap.parse_args(argv)
     args.argv = argv
