@@ -244,6 +244,14 @@ def test_the_command_checkpoints_and_resumes(tmp_path, capsys):
     assert card.count("python -m llada.train --preset tiny") == 2 and "--resume" in card  # both commands
     assert "## Learning curves" in card and "![held-out loss](curve.png)" in card and (out / "curve.png").exists()
     assert "Function rows are packed" in card and json.loads((out / "training.json").read_text())["steps"] == 7
+    (out / "README.md").unlink()
+    main(common + ["--eval-only", "--card-only", "--pilots", str(out)])  # the run as its own pilot: no new eval
+    assert "| pilot hidden 64, 2 layers |" in (out / "README.md").read_text()
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "training.json").write_text((out / "training.json").read_text())
+    with pytest.raises(SystemExit, match="--card-only: .*eval.json does not exist"):
+        main(["--preset", "tiny", "--out", str(bare), "--eval-only", "--card-only"])
 
 
 def test_a_preset_that_says_what_its_model_knows_writes_model_info(tmp_path):

@@ -70,7 +70,17 @@ def evaluate_and_write_card(run: Trained) -> Path:
     return write_card(out, summary, report, samples, run.commands, pilot_curves(run.pilots))
 
 
+def rewrite_card(run: Trained) -> Path:
+    """The card again from the saved eval.json and samples.json (new pilots, an edited writer)."""
+    out = Path(run.tc.out)
+    try:
+        report, samples = (json.loads((out / name).read_text()) for name in ("eval.json", "samples.json"))
+    except FileNotFoundError as err:
+        sys.exit(f"--card-only: {err.filename} does not exist (run --eval-only first)")
+    return write_card(out, run.summary, report, samples, run.commands, pilot_curves(run.pilots))
+
+
 def main(argv: list[str] | None = None) -> None:
     run = run_command(sys.argv[1:] if argv is None else argv)
     if run is not None:
-        print(f"wrote {evaluate_and_write_card(run)}")
+        print(f"wrote {rewrite_card(run) if run.card_only else evaluate_and_write_card(run)}")

@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
                     "the card shows beside this run's (the pilot runs that chose its size)")
     ap.add_argument("--eval-only", action="store_true",
                     help="no training: evaluate the model in --out (trained earlier) and write its card")
+    ap.add_argument("--card-only", action="store_true",
+                    help="with --eval-only: rewrite OUT/README.md from its eval.json and samples.json (e.g. with --pilots)")
     ap.add_argument("--checkpoint-code-n", type=int, default=0,
                     help="with --eval-only: the Q-mode parse rate of every checkpoint on this many held-out functions")
     ap.add_argument("--resume", action="store_true",
@@ -113,6 +115,7 @@ class Trained(NamedTuple):
     commands: str  # OUT/commands.txt: every command that trained OUT, one a line
     pilots: str  # --pilots: comma list of pilot run directories
     checkpoint_code_n: int  # --eval-only --checkpoint-code-n N: Q parse rate per checkpoint (0: none)
+    card_only: bool = False  # --eval-only --card-only: the card again from the saved evaluation
 
 
 def trained_earlier(tc: TrainConfig, args: argparse.Namespace) -> Trained:
@@ -123,7 +126,7 @@ def trained_earlier(tc: TrainConfig, args: argparse.Namespace) -> Trained:
     summary = json.loads((out / "training.json").read_text())
     torch.set_num_threads(tc.threads)
     commands = (out / COMMANDS).read_text().rstrip("\n") if (out / COMMANDS).exists() else ""
-    return Trained(tc, summary, commands, args.pilots, args.checkpoint_code_n)
+    return Trained(tc, summary, commands, args.pilots, args.checkpoint_code_n, args.card_only)
 
 
 def run_command(argv: list[str]) -> Trained | None:
