@@ -260,3 +260,17 @@ def test_a_preset_that_says_what_its_model_knows_writes_model_info(tmp_path):
     out = save_dir(run, tmp_path / "model")
     assert json.loads((out / "model_info.json").read_text()) == {"knows": TRAINING_PRESETS["cpu"].knows}
     assert Pipeline.load(out).model.config.num_experts == 16
+
+
+def test_the_pilot_paragraph_names_the_size_that_ended_lowest():
+    from llada.card.write import pilot_verdict
+
+    def pilot(name, params, loss, step):
+        return {"name": name, "parameters": params, "active": params // 2,
+                "curve": [{"minutes": 12.0, "step": step, "held_out_loss": loss}]}
+
+    assert pilot_verdict([pilot("pilot hidden 128, 3 layers", 1_300_000, 2.9, 291)]) == []
+    text = " ".join(pilot_verdict([pilot("pilot hidden 128, 3 layers", 1_300_000, 2.86, 291),
+                                   pilot("pilot hidden 256, 6 layers", 10_500_000, 4.05, 46)]))
+    assert "at 2 sizes" in text and "(291 steps)" in text and "(46 steps)" in text
+    assert "Lowest held-out loss at the end: pilot hidden 128, 3 layers" in text and "2.860 after 12 minutes" in text

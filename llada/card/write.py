@@ -89,7 +89,20 @@ def curve_section(summary: dict, pilots: list[dict], out: Path) -> str:
     return "\n".join(["The held-out loss is the training objective on 64 held-out functions under a fixed noise "
                       "seed, measured at every checkpoint; Q parses (where measured, `--eval-only "
                       "--checkpoint-code-n N`) is the share of held-out functions whose Q-mode completion by that "
-                      "checkpoint parses.", "", "![held-out loss](curve.png)", "", *lines])
+                      "checkpoint parses.", *pilot_verdict(pilots), "", "![held-out loss](curve.png)", "", *lines])
+
+
+def pilot_verdict(pilots: list[dict]) -> list[str]:
+    """One paragraph on the pilot runs: what they were, and which size ended lowest in the same minutes."""
+    ended = [(r["curve"][-1], r) for r in pilots if r["curve"]]
+    if len(ended) < 2:
+        return []
+    last, best = min(ended, key=lambda e: e[0]["held_out_loss"])
+    sizes = ", ".join(f"{_m(r['parameters'])} ({p['step']:,} steps)" for p, r in ended)
+    return ["", f"Pilot runs: the same data from scratch at {len(ended)} sizes for the same minutes on the same "
+                f"machine: {sizes}. The steps show the compute each got. Lowest held-out loss at the end: "
+                f"{best['name']} ({_m(best['parameters'])}), {last['held_out_loss']:.3f} after {last['minutes']:.0f} "
+                f"minutes."]
 
 
 def _packing(summary: dict) -> list[str]:
