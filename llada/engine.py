@@ -79,6 +79,10 @@ class FusedExperts(nn.Module):
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton")
 
+    def forward_add(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, adds: list) -> torch.Tensor:
+        """forward(x) + adds[0] + ..., the sums in the experts' last launch (`llada.model.MoE`)."""
+        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton", adds=tuple(adds))
+
     def reference(self) -> Experts:
         experts = Experts.__new__(Experts)
         nn.Module.__init__(experts)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import kernels
+from .kernels.fused_norm import fused
 from .kernels.launch import count_launches
 from .model import Experts, KVCache, LLaDA2MoE
 
@@ -102,20 +103,15 @@ class StepGraphs:
 
     def mask(self, bounds: torch.Tensor, T: int) -> torch.Tensor:
         """The (T, capacity) boolean mask of the window described by bounds = (lo, hi, groups_hi)."""
-        lo, hi, groups_hi = bounds[0], bounds[1], bounds[2]
-        device = bounds.device
-        keys = torch.arange(self.cache.capacity, device=device)  # (S,)
-        query_group = torch.minimum((lo + torch.arange(T, device=device)) // self.block_length, groups_hi)
-        key_group = torch.minimum(keys // self.block_length, groups_hi)  # (S,)
-        in_window = (keys < hi) & (key_group[None, :] <= query_group[:, None])  # (T, S)
-        return in_window | (keys < lo)[None, :]
+        return kernels.reference.window_mask(bounds, T, self.cache.capacity, self.block_length)
 
     def _forward(self, entry: _Entry) -> torch.Tensor:
         T = entry.ids.shape[1]
         # additive (0 / -inf) in the model's dtype, made once: a bool mask is turned into exactly this by
-        # attention itself in every layer (3 kernels a layer)
-        mask = torch.zeros((), dtype=self.model.dtype, device=entry.ids.device).masked_fill(
-            ~self.mask(entry.bounds, T), float("-inf"))  # (T, capacity)
+        # attention itself in every layer (3 kernels a layer); one launch on the fast engine
+        impl = "triton" if fused(self.model) else "torch"
+        mask = kernels.step_mask(entry.bounds, T, self.cache.capacity, self.block_length, self.model.dtype,
+                                 impl=impl)  # (T, capacity)
         return self.model(entry.ids, start=entry.bounds[0], mask=mask, cache=self.cache)[0]  # (T, V)
 
     def _warm_up(self, entry: _Entry) -> torch.Tensor:

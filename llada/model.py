@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
 
 TILE = 16  # rows per matrix-product tile of the row-exact path
 _ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
@@ -93,51 +94,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """module(x); an nn.Linear goes through `linear` (other modules, e.g. FP8 ones, run as they are)."""
     return linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
-
-
-def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """NeoX rotary tables for absolute `positions` (T,) -> cos, sin of shape (T, rotary_dim), fp32."""
-    inv_freq = theta ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float32, device=positions.device) / rotary_dim)
-    freqs = positions.float()[:, None] * inv_freq[None, :]  # (T, rotary_dim/2)
-    emb = torch.cat([freqs, freqs], dim=-1)  # (T, rotary_dim): dim j pairs with j + rotary_dim/2
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first rotary_dim dims of every head of x (B, h, T, D); the rest pass through."""
-    rd = cos.shape[-1]
-    rot, rest = x[..., :rd], x[..., rd:]
-    half = rd // 2
-    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
-    rot = (rot.float() * cos + rotated_half.float() * sin).to(x.dtype)
-    return torch.cat([rot, rest], dim=-1)
-
-
-def norm_rope(norm: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """q or k (B, T, h, D) -> normed, heads first, rotated (B, h, T, D); a fused norm does it in one kernel."""
-    fused = getattr(norm, "norm_rope", None)
-    return fused(x, cos, sin) if fused is not None else apply_rope(norm(x).transpose(1, 2), cos, sin)
-
-
-def add_norm(norm: nn.Module, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual stream x + h and its norm, (..., H) each; a fused norm does both in one kernel."""
-    fused = getattr(norm, "add_norm", None)
-    if fused is not None:
-        return fused(x, h)
-    x = x + h
-    return x, norm(x)
 
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
@@ -215,7 +171,13 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, mask=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
         B, T, _ = x.shape
-        out = self.attend(*self.qkv(x, cos, sin), mask, cache, layer, start)  # (B, nH, T, D)
+        fused = getattr(self.query_layernorm, "qkv_rope_cache", None)
+        if fused is not None and isinstance(start, torch.Tensor):  # the static path: one launch to the cache
+            qkv = project(self.query_key_value, x).view(B, T, self.n_head + 2 * self.n_kv, self.head_dim)
+            q = fused(qkv, self.key_layernorm, cos, sin, cache.k[layer], cache.v[layer], start)  # (B, nH, T, D)
+            out = self.attend(q, cache.k[layer], cache.v[layer], mask)
+        else:
+            out = self.attend(*self.qkv(x, cos, sin), mask, cache, layer, start)  # (B, nH, T, D)
         return project(self.dense, out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
     def forward_rows(self, x, cos, sin, rows: list["Row"], layer: int):
@@ -315,12 +277,20 @@ class MoE(nn.Module):
         shared = cfg.moe_intermediate_size * cfg.num_shared_experts
         self.shared_experts = SwiGLU(cfg.hidden_size, shared) if shared else None
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """h (B, T, H) -> experts(h) + shared(h) [+ residual]; experts with `forward_add` sum them in one launch."""
         B, T, H = h.shape
         flat = h.reshape(B * T, H)
         ids, w = self.gate(flat)
-        out = self.experts(flat, ids, w).view(B, T, H)
-        return out + self.shared_experts(h) if self.shared_experts is not None else out
+        adds = [t.reshape(B * T, H) for t in (self.shared_experts(h) if self.shared_experts is not None else None,
+                                              residual) if t is not None]
+        fused = getattr(self.experts, "forward_add", None)
+        if fused is not None:
+            return fused(flat, ids, w, adds).view(B, T, H)
+        out = self.experts(flat, ids, w)
+        for t in adds:  # (out + shared) + residual, as the plain ops round it
+            out = out + t
+        return out.view(B, T, H)
 
 
 class Layer(nn.Module):
@@ -334,13 +304,15 @@ class Layer(nn.Module):
 
     def forward(self, x, cos, sin, mask, cache, start):
         h = self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)
-        x, h = add_norm(self.post_attention_layernorm, x, h)
-        return x + self.mlp(h)
+        return self.ffn(*add_norm(self.post_attention_layernorm, x, h))
 
     def forward_rows(self, x, cos, sin, rows: list["Row"]):
-        x, h = add_norm(self.post_attention_layernorm, x,
-                        self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index))
-        return x + self.mlp(h)
+        return self.ffn(*add_norm(self.post_attention_layernorm, x,
+                                  self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index)))
+
+    def ffn(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The residual stream x plus the FFN of its norm h, (B, T, H); an MoE adds x itself."""
+        return self.mlp(h, residual=x) if isinstance(self.mlp, MoE) else x + self.mlp(h)
 
 
 class Row(NamedTuple):
@@ -414,7 +386,10 @@ class LLaDA2MoE(nn.Module):
             raise ValueError("start > 0 needs a KV cache holding the earlier positions")
         if positions is None:
             positions = start + torch.arange(T, device=input_ids.device)
-        cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)
+        if static:  # tables of every cache slot, made once: one gather a forward
+            cos, sin = rope_table(self, positions, cache.capacity, self.config.rotary_dim, self.config.rope_theta)
+        else:
+            cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)
         x = self.word_embeddings(input_ids)  # (B, T, H)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache, start)

@@ -47,3 +47,41 @@ def test_kernels_bench_tunes_and_times_the_triton_gemms(tmp_path):
     assert len(entry["candidates"]) == 2 and entry["gemm_ms"] == min(c["gemm_ms"] for c in entry["candidates"])
     assert configs.tuned_config(tuned, 1, "H192-I40-E8-K2") == configs.MoEConfig(**entry["config"])
     assert "kernels --smoke" in tuned["command"]
+
+
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the smoke run of the interpreted kernels is for CPU")
+def test_tuner_skips_what_does_not_fit_the_gpu_and_never_crashes(tmp_path, monkeypatch, capsys):
+    """On an L4's spec (FP8 weights), a candidate over its 101,376 B of shared memory per block is skipped before
+    it compiles, with the reason (12 of the 72 candidates there); when nothing fits, the default stays and the
+    tuned table gets no row."""
+    import dataclasses
+
+    from llada.kernels.devices import KNOWN
+
+    l4, every = KNOWN[89], configs.candidates()
+    fitting = next(c for c in every if configs.fits(c, l4))
+    too_big = next(c for c in every if not configs.fits(c, l4))
+    monkeypatch.setattr(configs, "candidates", lambda block_ms=(): [too_big, fitting])
+    shape = kernels.SHAPES["smoke"]
+    layer = kernels.build(shape, torch.device("cpu"), torch.float32, "triton", "fp8")
+    row = kernels.tune_tokens(1, layer, shape, 1, None, l4)
+    assert [c["config"] for c in row["candidates"]] == [fitting.to_dict()] and row["config"] == fitting.to_dict()
+    [skip] = row["skipped"]
+    assert skip["config"] == too_big.to_dict()
+    assert "does not fit" in skip["reason"] and "101,376 B" in skip["reason"] and "not compiled" in skip["reason"]
+    assert "skipped" in capsys.readouterr().err
+
+    others = [c for c in every if not configs.fits(c, l4)][1:3]
+    monkeypatch.setattr(configs, "candidates", lambda block_ms=(): others)  # none of them fits the L4
+    row = kernels.tune_tokens(1, layer, shape, 1, None, l4)
+    assert row["gemm_ms"] is None and row["candidates"] == [] and len(row["skipped"]) == 2
+    assert configs.fits(configs.MoEConfig(**row["config"]), l4)  # the default, which fits, stays in use
+    assert "none of the 2 candidates could be timed" in capsys.readouterr().err
+    table = tmp_path / "tuned.json"
+    kernels.write_tuned(table, shape, [row], {"date": "today"}, "test")
+    assert json.loads(table.read_text())["shapes"]["H192-I40-E8-K2"] == []  # the default is not recorded as tuned
+
+    nothing = dataclasses.replace(l4, smem=4096)  # a device where not even the default fits: said, no crash
+    row = kernels.tune_tokens(1, layer, shape, 1, None, nothing)
+    assert row["config"] is None and "fits 4096 B of shared memory" in row["untimed"]

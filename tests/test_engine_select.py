@@ -76,8 +76,8 @@ def test_fast_engine_passes_its_self_check_and_decodes_the_golden_trace(model, g
     assert run.block_states_before_each_forward() == case["block_states_before_each_forward"]
 
 
-def _wrong(x, w13, w2, ids, weights, impl="auto"):
-    return kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights) * 1.5  # a planted scale bug
+def _wrong(x, w13, w2, ids, weights, impl="auto", adds=()):
+    return kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds) * 1.5  # a planted scale bug
 
 
 def _broken(*args, **kwargs):
@@ -98,9 +98,9 @@ def test_a_failing_fast_path_falls_back_and_says_why(model, monkeypatch, fault, 
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
 
 
-def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto"):
+def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto", adds=()):
     """Right at the self-check's M = 1 and 32, wrong elsewhere (a tile mask bug at other token counts)."""
-    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights)
+    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds)
     return out if x.shape[0] in engine.CHECK_TOKENS else -4 * out
 
 

@@ -4,7 +4,8 @@
 whole process, and Triton must not be in interpreter mode there). It compiles, for an A100 (sm80),
 an L4 (sm89) and an H100 (sm90), the launches the engine makes at M = 1, 8, 32, 128, 512 and 2048
 tokens of the LLaDA2.1-mini shape with the tile configuration `choose_config` picks for that GPU:
-the router, sort, k-sum, the fused norms (RMSNorm + residual, QK-norm + RoPE), the bf16 fused MoE everywhere, and where the GPU has FP8 (sm89, sm90) the
+the router, sort, k-sum, the fused norms (RMSNorm + residual, QK-norm + RoPE) and small ops (q/k/v
+into the KV cache, silu * up, the window's mask), the bf16 fused MoE everywhere, and where the GPU has FP8 (sm89, sm90) the
 FP8 fused MoE, quantizers and FP8 linear, through ptxas to a cubin. Triton's on-disk cache makes
 later runs take seconds; a cold run compiles ~70 specializations (a few minutes of one core).
 """
@@ -42,7 +43,8 @@ def rows(report, arch, weights=None, kernel=None):
 
 def test_every_kernel_compiles_for_each_gpu(report):
     moe = {"_logits_kernel", "_topk_kernel", "_align_kernel", "_up_kernel", "_silu_kernel", "_down_kernel",
-           "_ksum_kernel", "_rmsnorm_kernel", "_qk_rope_kernel"}  # the MoE layer and the fused norms
+           "_ksum_kernel", "_rmsnorm_kernel", "_qk_rope_kernel",  # the MoE layer and the fused norms
+           "_qkv_cache_kernel", "_silu_mul_kernel", "_step_mask_kernel"}  # the fused small ops
     fp8_only = {"_act_kernel", "_linear_kernel", "_weight_kernel"}
     assert {r["kernel"] for r in rows(report, 80)} == moe  # no FP8 on an A100: bf16 experts only
     for arch in (89, 90):

@@ -6,31 +6,17 @@ sizes (hidden 2048, 20 layers, 256 experts top-8) change no count: every op here
 """
 
 import pytest
-import torch
 
 from llada import kernels
-from llada.config import ModelConfig
 from llada.engine import use_engine
-from llada.kernels.census import decode_census
-from llada.model import LLaDA2MoE
+from llada.kernels.census import MINI_LAYERS, decode_census, mini_like
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-MINI_LAYERS = 20
-MAX_MOE_LAYER = 26  # kernels of one MoE layer (attention + router + experts + shared expert); 76 before the fused norms
-MAX_FORWARD = 542  # a 20-layer forward, counted on the tiny model and scaled; 1,546 before the fused norms
-
-
-def mini_like() -> LLaDA2MoE:
-    # odd tiny sizes; real: hidden 2048, 16 heads / 4 KV of 128, 256 experts top-8 in 4 of 8 groups, width 512
-    cfg = ModelConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, intermediate_size=48, moe_intermediate_size=16,
-                      num_experts=16, num_experts_per_tok=4, n_group=8, topk_group=4, first_k_dense_replace=1,
-                      num_shared_experts=1, partial_rotary_factor=0.5, use_qk_norm=True,
-                      moe_router_enable_expert_bias=True, routed_scaling_factor=2.5)
-    model = LLaDA2MoE(cfg).init_weights(seed=0).to(DEVICE, torch.bfloat16)
-    use_engine(model, "fast", check=False)
-    return model
+# kernels of one MoE layer (attention + router + experts + shared expert): 76 before the fused norms, 26 with
+# them, 16 with q/k/v into the cache in one launch, the shared expert's silu * up fused and its gate and up
+# one product, and the k-sum adding the shared expert and the residual
+MAX_MOE_LAYER = 16
+MAX_FORWARD = 322  # a 20-layer forward, counted on the tiny model and scaled; 1,546 -> 542 -> 322
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +36,21 @@ def test_moe_layers_cost_the_same_and_stay_under_the_bound(census):
 def test_mini_forward_stays_under_the_bound(census):
     assert census.scaled(MINI_LAYERS) <= MAX_FORWARD, (census.prologue, census.layers, census.epilogue)
     assert census.triton >= 2 * 7  # the routed experts and the router run on Triton in both MoE layers
+
+
+def test_the_small_ops_are_fused(census):
+    # per layer one launch for q, k, v into the cache and one for silu * up; the mask in one launch; what the
+    # fused kernels replace (the cache's index_copy_, the mask's comparisons, the residual adds of MoE
+    # layers) is gone
+    layers = len(census.layers)
+    assert census.ops["_qkv_cache_kernel"] == census.ops["_silu_mul_kernel"] == layers, census.ops
+    assert census.ops["_step_mask_kernel"] == 1 and census.ops["index_copy_"] == 0, census.ops
+    assert census.ops["add"] <= 1 + census.dense_layers and census.ops["clone"] == 0, census.ops
+
+
+def test_census_counts_what_the_forward_launches():
+    # the count is of a real forward: a model on the reference engine launches many more kernels
+    model = mini_like()
+    use_engine(model, "reference")
+    reference = decode_census(model)
+    assert reference.total > decode_census(mini_like()).total + 30, reference.ops.most_common(8)

@@ -190,8 +190,12 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
     reason: the tuner never stops on a configuration."""
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
-    default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec,
-                                    layer.fp8)
+    try:
+        default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec,
+                                        layer.fp8)
+    except ValueError as err:  # no configuration fits this device at all: nothing to compare candidates with
+        print(f"[tune] M={M}: {err}; nothing tuned", file=sys.stderr)
+        return {"tokens": M, "config": None, "gemm_ms": None, "candidates": [], "skipped": [], "untimed": str(err)}
     expected, launches, _ = fused_plan(x, layer, shape, default)
     run(launches)
     timed, skipped = [], []
@@ -201,6 +205,11 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
         if reason:
             skipped.append({"config": cfg.to_dict(), "reason": reason})
             print(f"[tune] M={M} skipped {cfg}: {reason}", file=sys.stderr)
+    if not timed:  # nothing measured: the launchers keep their default, and the table gets no row for M
+        print(f"[tune] M={M}: none of the {len(skipped)} candidates could be timed here; the default "
+              f"{default} stays in use", file=sys.stderr)
+        return {"tokens": M, "config": default.to_dict(), "gemm_ms": None, "candidates": [], "skipped": skipped,
+                "untimed": f"all {len(skipped)} candidates skipped"}
     best = min(timed, key=lambda r: r["gemm_ms"])
     return {"tokens": M, "config": best["config"], "gemm_ms": best["gemm_ms"], "candidates": timed,
             "skipped": skipped}
@@ -209,8 +218,12 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
 def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int, timed: list) -> str | None:
     """Time one candidate into `timed`; the reason it was skipped, or None."""
     if not configs.fits(cfg, spec, layer.fp8):
-        need = max(configs.smem_bytes(cfg, layer.fp8, spec.arch).values())
-        return f"needs ~{need} B of shared memory, the device has {spec.smem} B"
+        if layer.fp8 and not spec.fp8:
+            return f"FP8 weights need compute capability 8.9 or later; {spec.name} is sm{spec.arch}"
+        need = configs.smem_bytes(cfg, layer.fp8, spec.arch)
+        kernel = max(need, key=need.get)
+        return (f"does not fit: {kernel} needs ~{need[kernel]:,} B of shared memory per block, "
+                f"{spec.name} has {spec.smem:,} B (not compiled)")
     device = x.device
     try:
         out, launches, gemm = fused_plan(x, layer, shape, cfg)
@@ -228,6 +241,7 @@ def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int
 def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str, fp8: bool = True) -> None:
     table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
     key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]) + ("" if fp8 else "-bf16")
+    rows = [row for row in rows if row["gemm_ms"] is not None]  # a token count with nothing timed keeps the default
     kept = [r for r in table["shapes"].get(key, []) if r["tokens"] not in {row["tokens"] for row in rows}]
     table["shapes"][key] = sorted(kept + rows, key=lambda r: r["tokens"])
     table |= {"device": info.get("gpu", "cpu"), "date": info["date"], "command": command, "info": info}

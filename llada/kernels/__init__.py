@@ -9,6 +9,10 @@
                                   its reference is `llada.model.Router`)
     rms_norm(x, w, eps) / add_rms_norm(x, res, w, eps)   RMSNorm, with the residual add, one launch
     qk_norm_rope(x, w, eps, cos, sin)   QK-norm + RoPE of q or k, (B, T, heads, D) -> (B, heads, T, D)
+    qkv_rope_cache(qkv, wq, wk, eps, cos, sin, k_cache, v_cache, start)   q, k, v of the static
+                                  forward in one launch: q returned, k and v written into the KV cache
+    silu_mul(gate, up)            SwiGLU's silu(gate) * up (dense layers, shared experts)
+    step_mask(bounds, T, S, B, dtype)   the static decode forward's additive attention mask
 
 Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
 `fp8.py` / `fused_moe.py` / `linear.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
@@ -80,9 +84,9 @@ def quantize_act_fp8(x: torch.Tensor, impl: str = "auto") -> tuple[torch.Tensor,
 
 def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
                   w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                  impl: str = "auto") -> torch.Tensor:
-    """x (T, H), fp8 w13 (E, 2I, H) / w2 (E, H, I) with tile scales, ids/weights (T, K) -> (T, H)."""
-    return _module(impl, x, "fused_moe").fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)
+                  impl: str = "auto", adds: tuple = ()) -> torch.Tensor:
+    """x (T, H), fp8 w13 (E, 2I, H) / w2 (E, H, I) with tile scales, ids/weights (T, K) -> (T, H) [+ adds]."""
+    return _module(impl, x, "fused_moe").fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights, adds=adds)
 
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: str = "auto") -> torch.Tensor:
@@ -91,9 +95,12 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: st
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-              impl: str = "auto") -> torch.Tensor:
-    """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere."""
-    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights)
+                   impl: str = "auto", adds: tuple = ()) -> torch.Tensor:
+    """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere.
+
+    adds: up to two (T, H) tensors (the shared expert's output, the residual) summed into the result
+    by the same launch, left to right, each sum rounded to x.dtype."""
+    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights, adds=adds)
 
 
 def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
@@ -120,6 +127,26 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.T
     return _module(impl, x, "norms", fp8=False).qk_norm_rope(x, weight, eps, cos, sin)
 
 
+def qkv_rope_cache(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float, cos: torch.Tensor,
+                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: torch.Tensor,
+                   impl: str = "auto") -> torch.Tensor:
+    """qkv (B, T, nH + 2 nKV, D) -> q (B, nH, T, D) normed and rotated; k, v written into the caches
+    (B, nKV, S, D) at slots start..start+T-1 (start: a 0-d long tensor on the device)."""
+    return _module(impl, qkv, "qkv_cache", fp8=False).qkv_rope_cache(qkv, wq, wk, eps, cos, sin, k_cache, v_cache,
+                                                                     start)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, impl: str = "auto") -> torch.Tensor:
+    """silu(gate) * up, (..., I) -> (..., I) (SwiGLU's activation)."""
+    return _module(impl, gate, "swiglu", fp8=False).silu_mul(gate, up)
+
+
+def step_mask(bounds: torch.Tensor, T: int, S: int, block_length: int, dtype: torch.dtype,
+              impl: str = "auto") -> torch.Tensor:
+    """bounds (lo, hi, groups_hi) long on the device -> additive attention mask (T, S) of a decode window."""
+    return _module(impl, bounds, "masks", fp8=False).step_mask(bounds, T, S, block_length, dtype)
+
+
 __all__ = ["IMPLS", "resolve_impl", "auto_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
            "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "rms_norm", "add_rms_norm", "qk_norm_rope",
-           "reference"]
+           "qkv_rope_cache", "silu_mul", "step_mask", "reference"]

@@ -34,6 +34,7 @@ MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, 
         "heads": 16, "kv_heads": 4, "head_dim": 128, "rotary_dim": 64}
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
+CACHE_SLOTS = 4096  # KV cache slots of the static forward (prompt + generation)
 SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel")  # read back with cuobjdump (~1 s each)
 
 
@@ -101,7 +102,8 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     for kind, (w13, s13, w2, s2) in kinds.items():
         for cfg in _configs(T, spec, shape, kind == "fp8"):
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
-            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg)[1]:
+            adds = (x, x) if kind == "bf16" else ()  # the fast engine's bf16 k-sum adds the shared expert and x
+            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg, adds)[1]:
                 out.append((kind, launch, estimate.get(launch.name, 0)))
     out += [("bf16", launch, 0) for launch in norm_launches(T, shape)]
     if spec.fp8:
@@ -112,16 +114,23 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
 
 
 def norm_launches(tokens: int, shape: dict = MINI) -> list:
-    """A layer's fused norms at `tokens` tokens: RMSNorm, residual add + RMSNorm, QK-norm + RoPE of q and of k."""
-    from . import norms
+    """A layer's fused small ops at `tokens` tokens: RMSNorm, residual add + RMSNorm, QK-norm + RoPE of q and
+    of k, q/k/v into the KV cache, silu * up of the shared expert, and the window's attention mask."""
+    from . import masks, norms, qkv_cache, swiglu
 
     T, H, D, R = tokens, shape["hidden"], shape["head_dim"], shape["rotary_dim"]
     x, w = torch.empty(1, T, H, dtype=torch.bfloat16), torch.empty(H, dtype=torch.bfloat16)
     qkv = torch.empty(1, T, shape["heads"] + 2 * shape["kv_heads"], D, dtype=torch.bfloat16)  # (B, T, heads, D)
     cos = torch.empty(T, R)  # fp32 tables
     q, k, _ = qkv.split([shape["heads"], shape["kv_heads"], shape["kv_heads"]], dim=2)
+    cache = torch.empty(1, shape["kv_heads"], CACHE_SLOTS, D, dtype=torch.bfloat16)  # (B, nKV, S, D)
+    start, bounds = torch.empty((), dtype=torch.long), torch.empty(3, dtype=torch.long)
+    both = torch.empty(T, 2 * shape["inner"], dtype=torch.bfloat16)  # the shared expert's gate | up product
     return [*norms.plan_rms_norm(x, w, 1e-6)[2], *norms.plan_rms_norm(x, w, 1e-6, x)[2],
-            *(launch for part in (q, k) for launch in norms.plan_qk_norm_rope(part, w[:D], 1e-6, cos, cos)[1])]
+            *(launch for part in (q, k) for launch in norms.plan_qk_norm_rope(part, w[:D], 1e-6, cos, cos)[1]),
+            *qkv_cache.plan_qkv_rope_cache(qkv, w[:D], w[:D], 1e-6, cos, cos, cache, cache, start)[1],
+            *swiglu.plan_silu_mul(*both.chunk(2, dim=-1))[1],
+            *masks.plan_step_mask(bounds, T, CACHE_SLOTS, 32, torch.bfloat16)[1]]
 
 
 def _configs(tokens: int, spec: DeviceSpec, shape: dict, fp8: bool) -> list:

@@ -23,7 +23,9 @@ The launches from routed ids to the output, none of them a fill, no host sync (g
        over h (contiguous rows, no gather); the epilogue scales by the pair's routing weight and
        writes row p of y (T*K, H) fp32.
     6. `_ksum_kernel`  out[t] = sum_k y[t*K + k], cast to x.dtype (each pair row written exactly once,
-       so nothing needs zeroing; the sum order is fixed, so results are deterministic).
+       so nothing needs zeroing; the sum order is fixed, so results are deterministic); then, where
+       the caller passes them (`adds`), the shared expert's output and the residual stream, each
+       sum rounded to x.dtype as `(out + shared) + x` is: two launches fewer per MoE layer.
 
 Why step 4 is its own pass: the down GEMM's tiles split H into H / BLOCK_N column blocks, and each
 of them needs all of h. Computing silu and the FP8 re-quantization inside the down kernel (the first
@@ -226,15 +228,22 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
 
 
 @triton.jit
-def _ksum_kernel(y_ptr, out_ptr, H, stride_ym, stride_yn, stride_ot, stride_oh,
-                 TOP_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, H, stride_ym, stride_yn, stride_ot, stride_oh, stride_a1, stride_a2,
+                 TOP_K: tl.constexpr, ADDS: tl.constexpr, BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     ok = cols < H
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for k in tl.static_range(TOP_K):  # fixed order: deterministic
         acc += tl.load(y_ptr + (t * TOP_K + k) * stride_ym + cols * stride_yn, mask=ok, other=0.0)
-    tl.store(out_ptr + t * stride_ot + cols * stride_oh, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    out = acc.to(out_ptr.dtype.element_ty)
+    if ADDS >= 1:  # (out + shared expert) + residual, each sum rounded as the plain ops round it
+        out = (out.to(tl.float32) + tl.load(a1_ptr + t * stride_a1 + cols, mask=ok, other=0.0).to(tl.float32)
+               ).to(out_ptr.dtype.element_ty)
+    if ADDS >= 2:
+        out = (out.to(tl.float32) + tl.load(a2_ptr + t * stride_a2 + cols, mask=ok, other=0.0).to(tl.float32)
+               ).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + t * stride_ot + cols * stride_oh, out, mask=ok)
 
 
 def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
@@ -253,11 +262,14 @@ def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
 
 def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor | None, w2: torch.Tensor,
                    w2_scale: torch.Tensor | None, ids: torch.Tensor, weights: torch.Tensor,
-                   config: MoEConfig | None = None) -> tuple[torch.Tensor, list[Launch]]:
+                   config: MoEConfig | None = None, adds: tuple = ()) -> tuple[torch.Tensor, list[Launch]]:
     """The output buffer (T, H) in x.dtype and the launches that fill it (see module doc).
 
-    FP8 weights come with their tile scales; unquantized weights (bf16) pass None for both scales."""
+    FP8 weights come with their tile scales; unquantized weights (bf16) pass None for both scales.
+    `adds`: up to two (T, H) tensors in x.dtype the k-sum adds to the result, one rounding each."""
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
+    assert len(adds) <= 2 and all(a.shape == x.shape and a.dtype == x.dtype and a.stride(-1) == 1
+                                  for a in adds), "adds: up to two (T, H) tensors like x, unit last stride"
     (T, H), (E, I2, _), K = x.shape, w13.shape, ids.shape[1]
     I, scaled = I2 // 2, w13_scale is not None
     fp32_dot = not scaled and (w13.dtype == torch.float32 or knobs.runtime.interpret)  # see _scaled_dot
@@ -290,30 +302,32 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
                    *h_s.stride(), *w2.stride(), *w2_scale.stride(), *y.stride(), *weights.stride()),
                   dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, SWAP_AB=cfg.swap_ab, GROUP=GROUP,
                        SCALED=scaled, FP32_DOT=fp32_dot, num_warps=cfg.down_warps, num_stages=cfg.down_stages))
-    ksum = Launch(_ksum_kernel, (T, triton.cdiv(H, 1024)), (y, out, H, *y.stride(), *out.stride()),
-                  dict(TOP_K=K, BLOCK_H=1024, num_warps=4))
+    a1, a2 = (*adds, out, out)[:2]  # unread where there are fewer adds
+    ksum = Launch(_ksum_kernel, (T, triton.cdiv(H, 1024)),
+                  (y, out, a1, a2, H, *y.stride(), *out.stride(), a1.stride(0), a2.stride(0)),
+                  dict(TOP_K=K, ADDS=len(adds), BLOCK_H=1024, num_warps=4))
     return out, [*align, *quant, up, silu, down, ksum]
 
 
 def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
                   w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                  config: MoEConfig | None = None) -> torch.Tensor:
-    """Routed experts with FP8 weights: x (T, H), ids (T, K), weights (T, K) -> (T, H) in x.dtype."""
+                  config: MoEConfig | None = None, adds: tuple = ()) -> torch.Tensor:
+    """Routed experts with FP8 weights: x (T, H), ids (T, K), weights (T, K) -> (T, H) in x.dtype [+ adds]."""
     if x.shape[0] == 0:
         _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
         return torch.empty_like(x)
-    out, launches = plan_fused_moe(x, w13, w13_scale, w2, w2_scale, ids, weights, config)
+    out, launches = plan_fused_moe(x, w13, w13_scale, w2, w2_scale, ids, weights, config, tuple(adds))
     run(launches)
     return out
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-              config: MoEConfig | None = None) -> torch.Tensor:
-    """Routed experts with unquantized (bf16) weights, the same grouped GEMMs: (T, H) -> (T, H) in x.dtype."""
+                   config: MoEConfig | None = None, adds: tuple = ()) -> torch.Tensor:
+    """Routed experts with unquantized (bf16) weights, the same grouped GEMMs: (T, H) -> (T, H) in x.dtype [+ adds]."""
     if x.shape[0] == 0:
         _check(x, w13, None, w2, None, ids, weights)
         return torch.empty_like(x)
-    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config)
+    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config, tuple(adds))
     run(launches)
     return out
 

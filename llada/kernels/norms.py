@@ -46,14 +46,10 @@ def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, N, eps,
 
 
 @triton.jit
-def _qk_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, T, NH, D, R, eps,
-                    stride_xb, stride_xt, stride_xh, stride_ct, stride_ob, stride_oh, stride_ot,
-                    BLOCK_D: tl.constexpr):
-    pid = tl.program_id(0)  # (b, t, head), head fastest
-    head, t, b = pid % NH, (pid // NH) % T, pid // (NH * T)
+def _norm_rope_head(base, w_ptr, cos_row, sin_row, D, R, eps, BLOCK_D: tl.constexpr):
+    """One head's D values at `base`: RMSNorm times w, the first R dims rotated (NeoX) -> (BLOCK_D,)."""
     cols = tl.arange(0, BLOCK_D)
     ok = cols < D
-    base = x_ptr + b * stride_xb + t * stride_xt + head * stride_xh
     x = tl.load(base + cols, mask=ok, other=0.0)
     xf = x.to(tl.float32)
     r = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / D + eps)
@@ -67,11 +63,22 @@ def _qk_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, T, NH, D, R, eps,
     wp = tl.load(w_ptr + partner, mask=p_ok, other=0.0).to(tl.float32)
     partner_normed = (wp * (xp * r).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
     signed = tl.where(cols < half, -partner_normed, partner_normed)
-    cos = tl.load(cos_ptr + t * stride_ct + cols, mask=p_ok, other=0.0)
-    sin = tl.load(sin_ptr + t * stride_ct + cols, mask=p_ok, other=0.0)
+    cos = tl.load(cos_row + cols, mask=p_ok, other=0.0)
+    sin = tl.load(sin_row + cols, mask=p_ok, other=0.0)
     rot = (normed.to(tl.float32) * cos + signed * sin).to(x.dtype)
-    out = tl.where(rotary, rot, normed)
-    tl.store(out_ptr + b * stride_ob + head * stride_oh + t * stride_ot + cols, out, mask=ok)
+    return tl.where(rotary, rot, normed)
+
+
+@triton.jit
+def _qk_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, T, NH, D, R, eps,
+                    stride_xb, stride_xt, stride_xh, stride_ct, stride_ob, stride_oh, stride_ot,
+                    BLOCK_D: tl.constexpr):
+    pid = tl.program_id(0)  # (b, t, head), head fastest
+    head, t, b = pid % NH, (pid // NH) % T, pid // (NH * T)
+    cols = tl.arange(0, BLOCK_D)
+    out = _norm_rope_head(x_ptr + b * stride_xb + t * stride_xt + head * stride_xh, w_ptr,
+                          cos_ptr + t * stride_ct, sin_ptr + t * stride_ct, D, R, eps, BLOCK_D)
+    tl.store(out_ptr + b * stride_ob + head * stride_oh + t * stride_ot + cols, out, mask=cols < D)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

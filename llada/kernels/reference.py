@@ -84,7 +84,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch
 
 
 def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
-                  w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+                  w2_scale: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, adds: tuple = ()) -> torch.Tensor:
     """Routed experts with FP8 weights: x (T, H), ids (T, K), weights (T, K) -> (T, H) in x.dtype.
 
     w13 (E, 2I, H) fp8 = gate rows then up rows, w13_scale (E, ceil(2I/G), ceil(H/G));
@@ -100,11 +100,11 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
         h = dequantize_act_fp8(*quantize_act_fp8(F.silu(gate) * up))  # (n, I) fp32
         y = h @ dequantize_weight_fp8(w2[e], w2_scale[e]).T  # (n, H)
         out.index_add_(0, token, y * weights[token, slot, None].float())
-    return out.to(x.dtype)
+    return add_all(out.to(x.dtype), adds)
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor,
-              weights: torch.Tensor) -> torch.Tensor:
+                   weights: torch.Tensor, adds: tuple = ()) -> torch.Tensor:
     """Routed experts with unquantized weights (the bf16 grouped GEMMs' contract): (T, H) -> (T, H).
 
     Products in fp32, the intermediate h = silu(gate) * up rounded once to the weights' dtype (the
@@ -117,7 +117,14 @@ def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: to
         gate, up = (x[token].float() @ w13[e].float().T).split(I, dim=-1)  # (n, I) each
         h = (F.silu(gate) * up).to(w2.dtype).float()  # (n, I)
         out.index_add_(0, token, (h @ w2[e].float().T) * weights[token, slot, None].float())
-    return out.to(x.dtype)
+    return add_all(out.to(x.dtype), adds)
+
+
+def add_all(out: torch.Tensor, adds) -> torch.Tensor:
+    """out + adds[0] + adds[1] ..., left to right, each sum rounded to out's dtype (`adds` of the fused MoE)."""
+    for a in adds:
+        out = out + a
+    return out
 
 
 def padded_rows(num_pairs: int, num_experts: int, block_m: int) -> int:
@@ -174,3 +181,36 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.T
                  sin: torch.Tensor) -> torch.Tensor:
     """x (B, T, heads, D) -> RMSNorm over D, heads first, RoPE: (B, heads, T, D)."""
     return rope(rms_norm(x, weight, eps).transpose(1, 2), cos, sin)
+
+
+def qkv_rope_cache(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float, cos: torch.Tensor,
+                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """qkv (B, T, nH + 2 nKV, D) -> q (B, nH, T, D) QK-normed and rotated; k (normed, rotated) and v written
+    into k_cache / v_cache (B, nKV, S, D) at slots start..start+T-1 (start a 0-d long tensor)."""
+    nkv = k_cache.shape[1]
+    q, k, v = qkv.split([qkv.shape[2] - 2 * nkv, nkv, nkv], dim=2)
+    slots = start + torch.arange(qkv.shape[1], device=qkv.device)  # (T,)
+    k_cache.index_copy_(2, slots, qk_norm_rope(k, wk, eps, cos, sin))
+    v_cache.index_copy_(2, slots, v.transpose(1, 2))
+    return qk_norm_rope(q, wq, eps, cos, sin)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's activation: silu(gate) * up, (..., I)."""
+    return F.silu(gate) * up
+
+
+def window_mask(bounds: torch.Tensor, T: int, S: int, block_length: int) -> torch.Tensor:
+    """Bool (T, S): query i of the window [lo, hi) sees key slot j (`llada.kernels.masks` has the rule)."""
+    lo, hi, groups_hi = bounds[0], bounds[1], bounds[2]
+    keys = torch.arange(S, device=bounds.device)  # (S,)
+    query_group = torch.minimum((lo + torch.arange(T, device=bounds.device)) // block_length, groups_hi)  # (T,)
+    key_group = torch.minimum(keys // block_length, groups_hi)  # (S,)
+    in_window = (keys < hi) & (key_group[None, :] <= query_group[:, None])  # (T, S)
+    return in_window | (keys < lo)[None, :]
+
+
+def step_mask(bounds: torch.Tensor, T: int, S: int, block_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive form of `window_mask` in `dtype`, (T, S): 0 where a query sees a key, -inf elsewhere."""
+    return torch.zeros((), dtype=dtype, device=bounds.device).masked_fill(
+        ~window_mask(bounds, T, S, block_length), float("-inf"))
