@@ -118,7 +118,7 @@ def test_evalplus_agrees_but_for_the_known_differences(problems, subset_file, tm
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "agree.json"
     assert main(["--samples", str(samples), "--data", str(subset_file), "--cache", str(tmp_path / "cache"),
-                 "--json", str(out)]) == 1  # 1: there are differences
+                 "--recheck", "--json", str(out)]) == 1  # 1: there are differences
     report = json.loads(out.read_text())
     assert report["evalplus_version"] == "0.3.1" and report["total"]["samples"] == len(rows)
     reasons = Counter(d["reason"].split(":")[0] for d in report["disagreements"])
@@ -126,4 +126,7 @@ def test_evalplus_agrees_but_for_the_known_differences(problems, subset_file, tm
     assert all(t == "HumanEval/32" or label == "swallowed_write" for t, label in tasks), tasks
     assert ("HumanEval/32", "canonical") in tasks and ("HumanEval/0", "swallowed_write") in tasks
     assert not any(r.startswith("unexplained") for r in reasons), report["disagreements"]
+    again = {(d["task_id"], d["label"]): d["second_run"] for d in report["disagreements"]}
+    assert again[("HumanEval/0", "swallowed_write")] == {"ours": {"base": False, "plus": False, "error": "write"},
+                                                        "evalplus": {"base": True, "plus": True}, "agrees": False}
     assert "per problem" in capsys.readouterr().out

@@ -134,7 +134,12 @@ def run_evalplus(box: EvalPlusBox, samples: list[Sample], path: str, data: str, 
         raise HumanEvalError(f"EvalPlus did not finish (exit {done.returncode}, timed out {done.timed_out}, "
                              f"{len(lines)} lines): {tail}")
     by_key = {(row["file"], row["line"]): row for row in lines[:-1]}
-    return [by_key[(names[s.file], s.line)] for s in samples], lines[-1]
+    position: dict[str, int] = defaultdict(int)  # the n-th sample of a file is line n of its copy
+    out = []
+    for s in samples:
+        position[s.file] += 1
+        out.append(by_key[(names[s.file], position[s.file])])
+    return out, lines[-1]
 
 
 def _as_solutions(samples: list[Sample], file: str) -> bytes:
