@@ -21,6 +21,7 @@ record (the shared forward, then the rule of the rows before it), the consumer's
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Iterator
 
@@ -75,13 +76,24 @@ class RowStreams:
 
     A row's stream can be bounded (`llada.budget`) or closed on its own: closing it drops the row and the
     other rows go on. Rows not being pulled queue their records meanwhile. Rows may be added at any time
-    and pulled from several threads (one lock around each step): a row added now joins the next step."""
+    and pulled from several threads (one lock around each step): a row added now joins the next step.
+    `feed(batch)`, when given, is called under the lock before each step (and by `top_up`) and may add
+    rows with `batch.add`: a source of rows that keeps the batch full however the rows are read.
+    Each record also carries its row's share of its step's time (the step's seconds over the rows it
+    served): `RowStream.seconds` adds up the shares of the records read, what the row cost the batch."""
 
-    def __init__(self, batch: BatchDecoder):
-        self.batch = batch
+    def __init__(self, batch: BatchDecoder, feed=None):
+        self.batch, self.feed = batch, feed
         self.queues: dict[int, deque] = {}
         self.closed: set[int] = set()  # rows whose stream was closed: their records are not kept
+        self.charged: dict[int, float] = {}  # row -> its share of the steps whose records were read
         self.lock = threading.Lock()
+
+    def top_up(self) -> None:
+        """Let `feed` add rows now."""
+        if self.feed is not None:
+            with self.lock:
+                self.feed(self.batch)
 
     def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None) -> int:
         """A new row (ValueError now when it does not fit); its index for `row` (`may_continue`: see
@@ -106,6 +118,7 @@ class RowStreams:
             with self.lock:
                 self.closed.add(index)
                 self.queues.pop(index, None)
+                self.charged.pop(index, None)
                 if index not in self.batch.done:
                     self.batch.drop(index)  # stopped early: the other rows go on
 
@@ -113,10 +126,19 @@ class RowStreams:
         with self.lock:
             queue = self.queues.setdefault(index, deque())
             while not queue and index not in self.batch.done:
-                for row, record in self.batch.step():
+                if self.feed is not None:
+                    self.feed(self.batch)
+                start = time.perf_counter()
+                out = self.batch.step()
+                share = (time.perf_counter() - start) / max(len(out), 1)  # one record per row served
+                for row, record in out:
                     if row not in self.closed:
-                        self.queues.setdefault(row, deque()).append(record)
-            return queue.popleft() if queue else None
+                        self.queues.setdefault(row, deque()).append((record, share))
+            if not queue:
+                return None
+            record, share = queue.popleft()
+            self.charged[index] = self.charged.get(index, 0.0) + share
+            return record
 
 
 class RowStream:
@@ -125,12 +147,15 @@ class RowStream:
     def __init__(self, streams: RowStreams, index: int):
         self.streams, self.batch, self.index = streams, streams.batch, index
         self._records = streams.records(index)
+        self.seconds = 0.0  # this row's share of the time of the steps whose records were read so far
 
     def __iter__(self) -> "RowStream":
         return self
 
     def __next__(self) -> StepRecord:
-        return next(self._records)
+        record = next(self._records)
+        self.seconds = self.streams.charged.get(self.index, 0.0)
+        return record
 
     def close(self) -> None:
         self._records.close()

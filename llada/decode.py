@@ -31,6 +31,7 @@ forward never waits for the host (`graph_ready`: FP8 experts on the Triton kerne
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections import deque
@@ -137,7 +138,8 @@ def _step(run: _Run, block: int, lo: int, block_step: int, logits: torch.Tensor)
     with torch.inference_mode():
         current = run.x[0, lo:hi].clone()  # (W,)
         x0, p = sample_tokens(logits, cfg.temperature, cfg.top_k, cfg.top_p, run.generator)  # (W,), (W,)
-        if not bool(torch.isfinite(p).all()):
+        conf = p.tolist()
+        if not all(map(math.isfinite, conf)):
             raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
                                   f"(block {block}): its weights are broken or overflow in this dtype")
         frozen = torch.arange(lo, hi, device=current.device) < run.P
@@ -146,11 +148,11 @@ def _step(run: _Run, block: int, lo: int, block_step: int, logits: torch.Tensor)
                       num_to_transfer=cfg.num_to_transfer)
         run.x[0, lo:hi] = d.tokens
     run.decode_forwards += 1
-    had_masks = bool((current[a0 - lo:] == run.mask_id).any())
-    old, new, conf = current.tolist(), x0.tolist(), p.tolist()
+    old, new = current.tolist(), x0.tolist()
+    had_masks = run.mask_id in old[a0 - lo:]
 
     def changes(chosen: torch.Tensor) -> list[Change]:
-        return [Change(lo + i, new[i], old[i], conf[i]) for i in torch.nonzero(chosen).flatten().tolist()]
+        return [Change(lo + i, new[i], old[i], conf[i]) for i, yes in enumerate(chosen.tolist()) if yes]
 
     return StepRecord(kind="decode", phase="draft" if had_masks else "verify", step=run.decode_forwards,
                       block=block, block_step=block_step, window=(lo, hi), active=(a0, hi),

@@ -183,19 +183,44 @@ class Attention(nn.Module):
     def forward_rows(self, x, cos, sin, rows: list["Row"], layer: int):
         """x (1, N, H): the rows' tokens one after another (then padding) -> (1, N, H).
 
-        The projections run over all N tokens; attention runs row by row, each with its own mask and
-        cache and with contiguous inputs shaped as in a lone forward (padding tokens attend nothing)."""
+        The projections run over all N tokens; attention runs per group of alike rows (`attention_groups`),
+        each row with its own cache and with contiguous inputs shaped as in a lone forward (padding tokens
+        attend nothing). The attention of each (row, head) is computed on its own, so a group's rows get
+        what each gets alone."""
         N = x.shape[1]
         q, k, v = self.qkv(x, cos, sin)
         outs, at = [], 0
-        for row in rows:
-            T = row.ids.shape[0]
-            part = [t[:, :, at:at + T].contiguous() for t in (q, k, v)]
-            outs.append(self.attend(*part, row.mask, row.cache, layer, row.start)[0].transpose(0, 1))  # (T, nH, D)
-            at += T
+        for group in attention_groups(rows):
+            T, R = group[0].ids.shape[0], len(group)
+            qg, kg, vg = (t[0, :, at:at + R * T].unflatten(1, (R, T)).transpose(0, 1).contiguous()
+                          for t in (q, k, v))  # (R, heads, T, D)
+            if group[0].cache is not None:
+                kv = [row.cache.write(layer, row.start, kg[i:i + 1], vg[i:i + 1]) for i, row in enumerate(group)]
+                kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv]) for j in (0, 1))  # (R, nKV, S, D)
+            out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group[0].mask, scale=self.head_dim ** -0.5,
+                                                  enable_gqa=self.n_head != self.n_kv)  # (R, nH, T, D)
+            outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
+            at += R * T
         outs.append(q.new_zeros(N - at, self.n_head, self.head_dim))
         out = torch.cat(outs).reshape(1, N, self.n_head * self.head_dim)
         return project(self.dense, out)
+
+
+def attention_key(row: "Row") -> tuple:
+    """Rows with equal keys and no mask attend alike: the same T, the same keys (cache or not, same start)."""
+    return row.mask is not None, row.cache is None, row.ids.shape[0], row.start
+
+
+def attention_groups(rows: list["Row"]) -> list[list["Row"]]:
+    """Consecutive rows with one `attention_key` and no mask, as groups (a row with a mask is alone)."""
+    groups: list[list[Row]] = []
+    for row in rows:
+        if groups and row.mask is None and groups[-1][0].mask is None and \
+                attention_key(groups[-1][0]) == attention_key(row):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
 
 
 class SwiGLU(nn.Module):
@@ -252,21 +277,52 @@ class Experts(nn.Module):
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
         order = flat.argsort(stable=True)  # pairs sorted by expert
         counts = torch.bincount(flat, minlength=self.w13.shape[0]).tolist()
-        xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert
-        outs, begin = [], 0
-        for e, n in enumerate(counts):
-            if n:
-                gate, up = self._product(xs[begin:begin + n], self.w13, e).chunk(2, dim=-1)  # (n, I) each
-                outs.append(self._product(F.silu(gate) * up, self.w2, e))  # (n, H)
-                begin += n
-        ys = torch.empty_like(xs)
-        ys[order] = torch.cat(outs)  # back to (token, k) order
+        if _ROW_EXACT.get():
+            ys = self._tiled(x, order, counts, K)
+        else:
+            xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert
+            outs, begin = [], 0
+            for e, n in enumerate(counts):
+                if n:
+                    gate, up = F.linear(xs[begin:begin + n], self.w13[e]).chunk(2, dim=-1)  # (n, I) each
+                    outs.append(F.linear(F.silu(gate) * up, self.w2[e]))  # (n, H)
+                    begin += n
+            ys = torch.empty_like(xs)
+            ys[order] = torch.cat(outs)  # back to (token, k) order
         return (ys.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
+    def _tiled(self, x: torch.Tensor, order: torch.Tensor, counts: list[int], K: int) -> torch.Tensor:
+        """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded with zero rows to
+        whole tiles (at least two, as `tiled_matmul` pads them), all experts in one buffer of P rows, and
+        every expert's two products as batched products of its tiles written in place."""
+        spans = [(e, n, max(2, -(-n // TILE)) * TILE) for e, n in enumerate(counts) if n]  # (expert, pairs, rows)
+        starts = [0]  # buffer row where each span starts (and the total)
+        for _, _, rows in spans:
+            starts.append(starts[-1] + rows)
+        dev = x.device
+        sizes = torch.tensor([n for _, n, _ in spans], device=dev)
+        shift = torch.tensor(starts[:-1], device=dev) - (sizes.cumsum(0) - sizes)  # span start less its first pair's rank
+        slot = torch.arange(order.numel(), device=dev) + shift.repeat_interleave(sizes)  # (T*K,) row of each sorted pair
+        source = torch.full((starts[-1],), x.shape[0], dtype=torch.long, device=dev)  # padding rows read row T
+        source[slot] = order // K
+        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, source)  # (P, H), padding rows zero
+        h = self._products(xp, self.w13, spans, starts)  # (P, 2I)
+        gate, up = h.chunk(2, dim=-1)
+        y = self._products(F.silu(gate) * up, self.w2, spans, starts)  # (P, H)
+        back = torch.empty_like(slot)
+        back[order] = slot  # (T*K,): buffer row of each pair in (token, k) order
+        return y.index_select(0, back)
+
     @staticmethod
-    def _product(x: torch.Tensor, w: torch.Tensor, e: int) -> torch.Tensor:
-        """x (n, in) @ w[e]^T for stacked weights w (E, out, in); in tiles on the row-exact path."""
-        return tiled_matmul(x, transposed(w)[e]) if _ROW_EXACT.get() else F.linear(x, w[e])
+    def _products(x: torch.Tensor, w: torch.Tensor, spans, starts: list[int]) -> torch.Tensor:
+        """x (P, in) -> (P, out): rows [start, start + rows) times expert e's w[e]^T, in tiles, for each span."""
+        w_t = transposed(w)  # (E, in, out)
+        out = x.new_empty(x.shape[0], w.shape[1])
+        for (e, _, rows), start in zip(spans, starts):
+            tiles = rows // TILE
+            torch.bmm(x[start:start + rows].view(tiles, TILE, -1), w_t[e].expand(tiles, *w_t.shape[1:]),
+                      out=out[start:start + rows].view(tiles, TILE, -1))
+        return out
 
 
 class MoE(nn.Module):
@@ -400,7 +456,16 @@ class LLaDA2MoE(nn.Module):
         """Several sequences in one forward -> per row fp32 logits (T, V), or None where not wanted.
 
         Row-exact (module docstring): each row's logits and cache writes are bit for bit those of
-        `forward_rows([row])`. All rows' tokens run together, padded to whole tiles."""
+        `forward_rows([row])`. All rows' tokens run together, padded to whole tiles, alike rows side
+        by side (`attention_key`) so that their attention runs as one call."""
+        order = sorted(range(len(rows)), key=lambda i: attention_key(rows[i]))
+        logits = self._forward_rows([rows[i] for i in order])
+        out: list[torch.Tensor | None] = [None] * len(rows)
+        for i, row_logits in zip(order, logits):
+            out[i] = row_logits
+        return out
+
+    def _forward_rows(self, rows: list[Row]) -> list[torch.Tensor | None]:
         sizes = [row.ids.shape[0] for row in rows]
         n = sum(sizes)
         pad = -(-n // TILE) * TILE - n
@@ -418,7 +483,9 @@ class LLaDA2MoE(nn.Module):
             wanted = [(end - T, end) for row, T, end in zip(rows, sizes, ends) if row.logits]
             if not wanted:
                 return [None] * len(rows)
-            logits = project(self.lm_head, torch.cat([x[a:b] for a, b in wanted])).float()  # (sum T, V)
+            # every row wants logits: the padded rows as they are (a row's product does not depend on the others)
+            h = x if len(wanted) == len(rows) else torch.cat([x[a:b] for a, b in wanted])
+            logits = project(self.lm_head, h).float()  # (sum T (+ padding), V)
         out, at = [], 0
         for row, T in zip(rows, sizes):
             out.append(logits[at:at + T] if row.logits else None)

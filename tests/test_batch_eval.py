@@ -35,3 +35,53 @@ def test_a_sweep_does_not_depend_on_its_batch(tiny_model_dir, monkeypatch):
         assert last.status == "done"
         points.append([{k: v for k, v in p.to_dict().items() if k not in timing} for p in last.points])
     assert points[0] == points[1] and len(points[0]) == 6  # MBE with editing off is no cell
+
+
+def _rows_per_forward(pipe, monkeypatch) -> list[int]:
+    """Rows of every row-batched model call from now on (appended as they run)."""
+    calls: list[int] = []
+    real = pipe.model.forward_rows
+
+    def counted(rows, *args, **kwargs):
+        calls.append(len(rows))
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(pipe.model, "forward_rows", counted)
+    return calls
+
+
+def test_a_sweeps_forwards_stay_full_across_cells(tiny_model_dir, monkeypatch):
+    """The next cell's decodes join as a cell's last ones finish: every forward is BATCH rows wide until
+    the sweep's last decodes drain, however long the decode being read takes."""
+    from llada.eval import sweep as sw
+
+    pipe = Pipeline.load(tiny_model_dir)
+    spec = sw.SweepSpec((0.5, 0.9), (None, 0.0), (False,), (), ("add", "sort"), 3, 0, "eval", 8, 16)
+    cfgs = [cell.config(pipe, spec.gen_length) for cell in spec.cells(pipe.presets)]
+    items = [it for task_items in spec.items().values() for it in task_items]
+    longest = max(pipe.generate(pipe.encode(it.prompt), cfg).forwards for cfg in cfgs for it in items)
+    warm_up = pipe.generate(pipe.encode(items[0].prompt), cfgs[0]).forwards  # the sweep's first decode, alone
+    monkeypatch.setattr(sw, "BATCH", 4)
+    calls = _rows_per_forward(pipe, monkeypatch)
+    last = list(sw.sweep(pipe, spec, budget=sw.Budget(forwards=256, seconds=600.0)))[-1]
+    assert last.status == "done" and len(last.points) == 4
+    decodes = calls[warm_up:]
+    assert calls[:warm_up] == [1] * warm_up and sum(decodes) > 4 * longest
+    assert all(n == 4 for n in decodes[:len(decodes) - longest]), decodes
+
+
+def test_an_evaluations_forwards_stay_full_across_tasks_and_modes(tiny_model_dir, monkeypatch):
+    from llada.data.tasks import eval_items
+
+    pipe = Pipeline.load(tiny_model_dir)
+    cfgs = [harness.mode_config(pipe, m, 16) for m in ("S", "Q")]
+    longest = max(pipe.generate(pipe.encode(it.prompt), cfg).forwards
+                  for cfg in cfgs for task in ("add", "sort") for it in eval_items(task, 5, 0, "eval"))
+    warm_up = pipe.generate(pipe.encode("1+1="), harness.mode_config(pipe, "S", 16)).forwards
+    calls = _rows_per_forward(pipe, monkeypatch)
+    report = harness.evaluate(pipe, ["add", "sort"], n=5, seed=0, modes=["S", "Q"], gen_length=16, progress=False,
+                              batch=3)
+    assert set(report["modes"]) == {"S", "Q"}
+    decodes = calls[warm_up:]
+    assert sum(decodes) > 3 * longest
+    assert all(n == 3 for n in decodes[:len(decodes) - longest]), decodes

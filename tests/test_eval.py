@@ -115,9 +115,9 @@ def test_code_track_scores_what_the_model_wrote(pipe, held_out, monkeypatch):
     """Completions: the true body for the first item, a name out of scope for the second, junk for the rest."""
     decode = codetrack.decode_texts
 
-    def decode_texts(pipe_, prompts, cfg, batch):
+    def decode_texts(pipe_, prompts, cfg, batch, progress=None):
         fake = [{0: item.body, 1: "    return undefined_name\n"}.get(i, "    return (\n") for i, item in enumerate(held_out)]
-        return [(text, trace, s) for text, (_, trace, s) in zip(fake, decode(pipe_, prompts, cfg, batch))]
+        return [(text, trace, s) for text, (_, trace, s) in zip(fake, decode(pipe_, prompts, cfg, batch, progress))]
 
     monkeypatch.setattr(codetrack, "decode_texts", decode_texts)
     mode = codetrack.evaluate_code(pipe, held_out, modes=["Q"], gen_length=8, progress=False)["modes"]["Q"]

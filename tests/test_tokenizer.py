@@ -91,3 +91,44 @@ def test_the_code_preset_sizes_its_vocabulary_for_code():
     from llada.train.recipes import TRAINING_PRESETS
 
     assert 4096 <= TRAINING_PRESETS["code"].values["vocab_size"] <= 8192
+
+
+def test_a_plain_tokenizer_file_is_read_without_transformers_and_answers_alike(tmp_path):
+    """The embedded model's kind of tokenizer is read by `tokenizers` alone; every call the engine makes
+    answers exactly as the transformers tokenizer of the same files."""
+    import json
+    import random
+
+    from llada.tokenizer import FileTokenizer, bytes_to_unicode, load_tokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode as hf_bytes_to_unicode
+
+    save_tokenizer(build_tokenizer(TEXTS, vocab_size=300), tmp_path)
+    light, full = load_tokenizer(tmp_path), Tokenizer(load_fast(tmp_path))
+    assert isinstance(light.calls, FileTokenizer) and light._hf is None  # transformers not asked
+    assert (light.eos_id, light.mask_id, light.has_chat_template) == (full.eos_id, full.mask_id, False)
+    texts = TEXTS[:4] + ["unicode: héllo wörld ✓ 日本語", "  \t\n ", "", f"x = '{MASK_TOKEN}' {EOS_TOKEN}"]
+    for text in texts:
+        assert light.encode(text) == full.encode(text) and light._markup_ids(text) == full._markup_ids(text)
+    rng = random.Random(0)
+    for _ in range(50):
+        ids = [rng.randrange(300) for _ in range(rng.randrange(12))]
+        assert light.decode(ids) == full.decode(ids) and light.pieces(ids) == full.pieces(ids)
+        assert light.token_bytes(ids) == full.token_bytes(ids)
+    assert bytes_to_unicode() == hf_bytes_to_unicode()
+    assert light.hf.mask_token == MASK_TOKEN  # the transformers tokenizer, loaded when asked for
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{{ messages }}"}))
+    assert not isinstance(load_tokenizer(tmp_path).calls, FileTokenizer)  # a template: transformers renders it
+
+
+def test_loading_the_embedded_model_does_not_import_transformers():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys; from llada.pipeline import Pipeline; p = Pipeline.load('assets/model'); "
+            "print(p.decode_text(p.encode('1+1=')), 'transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1+1=", "False"]

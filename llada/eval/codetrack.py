@@ -66,19 +66,20 @@ def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = Non
     from tqdm import tqdm
 
     modes = modes or list(MODES)
-    bar = tqdm(total=len(modes) * len(items), desc="eval code", file=sys.stderr, disable=not progress)
-    out = {}
-    for mode in modes:
-        cfg = mode_config(pipe, mode, gen_length)
-        tally = CodeTally()
-        for item, (text, result, seconds) in zip(items, decode_texts(pipe, [it.prompt for it in items], cfg, batch)):
-            score = check_completion(item, text)
-            tally.add(CodeTally(**(asdict(run_tally(result, cfg)) | {"seconds": seconds}), parses=int(score.parses),
-                                in_scope=int(score.in_scope), multi_line=int(score.parses and score.body_lines >= 2)))
-        bar.update(len(items))
-        out[mode] = {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, **tally.code_summary()}
-        bar.set_postfix(mode=mode, parses=f"{out[mode]['parses']:.2f}")
+    cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in modes}
+    jobs = [(mode, item) for mode in modes for item in items]  # every mode's items in one batch
+    bar = tqdm(total=len(jobs), desc="eval code", file=sys.stderr, disable=not progress)
+    runs = decode_texts(pipe, [it.prompt for _, it in jobs], [cfgs[mode] for mode, _ in jobs], batch,
+                        progress=bar.update)
     bar.close()
+    tallies = {mode: CodeTally() for mode in modes}
+    for (mode, item), (text, result, seconds) in zip(jobs, runs):
+        score = check_completion(item, text)
+        tallies[mode].add(CodeTally(**(asdict(run_tally(result, cfgs[mode])) | {"seconds": seconds}),
+                                    parses=int(score.parses), in_scope=int(score.in_scope),
+                                    multi_line=int(score.parses and score.body_lines >= 2)))
+    out = {mode: {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold,
+                  **tallies[mode].code_summary()} for mode, cfg in cfgs.items()}
     return {"n": len(items), "gen_length": gen_length, "reference": reference_scores(items), "modes": out}
 
 

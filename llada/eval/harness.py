@@ -48,29 +48,23 @@ def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None 
              split: str = "eval", gen_length: int = 32, progress: bool = True, batch: int = BATCH) -> dict:
     """The report of every mode on the same `n` items per task (the JSON shape of UI_CONTRACT.md).
 
-    Each task's items decode `batch` at a time (`batched`): the same outputs as one by one."""
+    All items of all modes decode together, `batch` rows at a time (`batched`): the same outputs as one by one."""
     from tqdm import tqdm
 
     modes = modes or list(MODES)
     items = {task: eval_items(task, n, seed, split) for task in tasks}
     pipe.generate(pipe.encode("1+1="), mode_config(pipe, "S", gen_length))  # warm-up, not timed
-    bar = tqdm(total=len(modes) * sum(map(len, items.values())), desc="eval tasks", file=sys.stderr,
-               disable=not progress)
-    out = {}
-    for mode in modes:
-        cfg = mode_config(pipe, mode, gen_length)
-        report = ModeReport(cfg.threshold, cfg.editing_threshold)
-        for task, task_items in items.items():
-            tally = Tally()
-            runs = decode_texts(pipe, [item.prompt for item in task_items], cfg, batch)
-            for item, (text, result, seconds) in zip(task_items, runs):
-                tally.add(replace(run_tally(result, cfg, correct=int(item.check(text))), seconds=seconds))
-            bar.update(len(task_items))
-            report.tasks[task] = tally
-        out[mode] = report.to_dict()
-        bar.set_postfix(mode=mode, acc=f"{out[mode]['accuracy']:.2f}", tpf=f"{out[mode]['tpf']:.2f}")
+    cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in modes}
+    jobs = [(mode, task, item) for mode in modes for task, task_items in items.items() for item in task_items]
+    bar = tqdm(total=len(jobs), desc="eval tasks", file=sys.stderr, disable=not progress)
+    runs = decode_texts(pipe, [item.prompt for _, _, item in jobs], [cfgs[mode] for mode, _, _ in jobs], batch,
+                        progress=bar.update)
     bar.close()
-    return {"model": pipe.name, "seed": seed, "n": n, "modes": out}
+    reports = {mode: ModeReport(cfg.threshold, cfg.editing_threshold) for mode, cfg in cfgs.items()}
+    for (mode, task, item), (text, result, seconds) in zip(jobs, runs):
+        tally = reports[mode].tasks.setdefault(task, Tally())
+        tally.add(replace(run_tally(result, cfgs[mode], correct=int(item.check(text))), seconds=seconds))
+    return {"model": pipe.name, "seed": seed, "n": n, "modes": {mode: r.to_dict() for mode, r in reports.items()}}
 
 
 def format_table(report: dict) -> str:

@@ -10,8 +10,9 @@ other cell beats on both accuracy and TPF. Every cell decodes the same held-out 
 with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
 add them up): accuracy is the mean of the per-task accuracies, TPF generated tokens over all forwards
-(cache refreshes included). A cell's decodes run `BATCH` at a time, sharing forwards (`llada.batch`):
-each decode's trace is the one it gets alone, so a point does not depend on the batch.
+(cache refreshes included). A sweep's decodes run `BATCH` at a time, sharing forwards (`llada.batch`), in
+cell order, the next cell's decodes joining as a cell's last ones finish (`_Rows`): each decode's trace is
+the one it gets alone, so a point does not depend on the batch.
 
 `sweep(pipe, spec)` is a generator of `Progress`, one after every decode and one with the `Point` of
 each cell as it completes, so a caller can draw the chart as it grows, stop at any time or bound the time
@@ -27,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterator, NamedTuple
 
@@ -43,7 +45,7 @@ from .sweep_report import format_table, to_csv, to_json
 __all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]
 MAX_DECODES = 20_000  # cells x tasks x items of one sweep (~25 min of the shipped model on one CPU thread)
 DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
-BATCH = 16  # a cell's decodes run this many at a time, sharing forwards (the same traces as one by one)
+BATCH = 16  # decodes run this many at a time, sharing forwards (the same traces as one by one)
 
 
 def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
@@ -60,14 +62,17 @@ def _prepared(pipe, item: Item, cfg) -> tuple[Item, list[int], object]:
     return item, pipe.encode(item.prompt), cfg
 
 
-def _tally(pipe, item: Item, trace, bounded) -> tuple[Tally, bool]:
-    """Run a bounded decode into `trace`; its tally and whether the budget cut it (a cut item counts wrong)."""
+def _tally(pipe, item: Item, trace, bounded, seconds=None) -> tuple[Tally, bool]:
+    """Run a bounded decode into `trace`; its tally and whether the budget cut it (a cut item counts wrong).
+
+    `seconds()`: the decode's time when it is not the trace's (a share of shared forwards)."""
     for _ in trace.follow(bounded):
         pass
     cut = bool(bounded.cut)
     text = pipe.decode_text([t for t in trace.output_ids if t != pipe.eos_id])
     tally = Tally(correct=int(not cut and item.check(text)), items=1, tokens=len(trace.output_ids),
-                  forwards=trace.forwards, seconds=trace.seconds, edits=trace.edits + trace.mbe_edits)
+                  forwards=trace.forwards, seconds=trace.seconds if seconds is None else seconds(),
+                  edits=trace.edits + trace.mbe_edits)
     return tally, cut
 
 
@@ -111,10 +116,11 @@ def sweep(pipe, spec: SweepSpec, cache=None, budget: Budget = DECODE_BUDGET,
     todo = [c for c in cells if c.key not in points]
     if todo:
         pipe.generate(pipe.encode(items[spec.tasks[0]][0].prompt), todo[0].config(pipe, spec.gen_length))  # warm-up
+    rows = _Rows(pipe, items, spec, budget, _to_measure(pipe, todo, points, cells, spec.gen_length))
     for cell in todo:
         point = _same_setting(pipe, cell, state, spec.gen_length)
         if point is None:
-            point = yield from _measure(pipe, cell, items, spec, budget, state, max_seconds)
+            point = yield from _measure(pipe, cell, rows, state, max_seconds)
         if point is None:
             yield state.update(status="stopped", note=f"time budget reached: {max_seconds:g} s per sweep")
             return
@@ -153,27 +159,79 @@ class _State:
                         time.monotonic() - self.started)
 
 
-def _measure(pipe, cell: Cell, items: dict[str, list[Item]], spec: SweepSpec, budget: Budget,
-             state: _State, max_seconds: float | None):
-    """Decode every item of one cell, `BATCH` at a time sharing forwards (each decode as alone), yielding
+def _to_measure(pipe, todo: list[Cell], points: dict, cells: list[Cell], gen_length: int) -> list[Cell]:
+    """The cells of `todo` that will be decoded: not those that `_same_setting` will copy from a cell before them."""
+    out, seen = [], [c.config(pipe, gen_length) for c in cells if c.key in points]
+    for cell in todo:
+        cfg = cell.config(pipe, gen_length)
+        if cfg not in seen:
+            out.append(cell)
+        seen.append(cfg)
+    return out
+
+
+class _Rows:
+    """One `BatchDecoder` for every decode of a sweep, in cell order: decodes join as others finish, the
+    next cell's as this cell's last ones finish, so forwards stay `BATCH` rows wide however long the decode
+    being read takes. A decode is added (its state allocated) only when `BATCH` others wait no more."""
+
+    def __init__(self, pipe, items: dict[str, list[Item]], spec: SweepSpec, budget: Budget, cells: list[Cell]):
+        self.pipe, self.budget, self.tasks = pipe, budget, list(items)
+        self.jobs = ((cell, task, item) for cell in cells for task, task_items in items.items() for item in task_items)
+        self.gen_length = spec.gen_length
+        self.streams = RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH), self._feed)
+        self.added: deque = deque()  # (row index, cell key, task, item, ids, cfg) added and not yet read
+
+    def _feed(self, batch: BatchDecoder) -> None:
+        """Add decodes until `BATCH` wait (called before each step, under the streams' lock)."""
+        while len(batch.waiting) < BATCH:
+            job = next(self.jobs, None)
+            if job is None:
+                return
+            cell, task, item = job
+            item, ids, cfg = _prepared(self.pipe, item, cell.config(self.pipe, self.gen_length))
+            row = batch.add(ids, cfg, may_continue=self.budget.allows)  # no forward past its budget
+            self.added.append((row, cell.key, task, item, ids, cfg))
+
+    def next(self, cell: Cell) -> tuple:
+        """The next decode of `cell` to read: (row, task, item, ids, cfg)."""
+        if not self.added:
+            self.streams.top_up()
+        row, key, *rest = self.added.popleft()
+        if key != cell.key:
+            raise RuntimeError(f"sweep rows out of order: {key} read for {cell.key}")
+        return (row, *rest)
+
+    def drop_all(self) -> None:
+        """Stop every decode added and not read (a sweep out of time)."""
+        with self.streams.lock:
+            for row, *_ in self.added:
+                self.streams.batch.drop(row)
+            self.added.clear()
+            self.jobs = iter(())
+
+
+def _measure(pipe, cell: Cell, rows: _Rows, state: _State, max_seconds: float | None):
+    """Read every decode of one cell from the sweep's shared batch (`_Rows`: each decode as alone), yielding
     progress after each; returns its Point (None: out of time).
 
-    Each decode keeps its own budget; its seconds are the engine time of the steps it took part in."""
-    cfg = cell.config(pipe, spec.gen_length)
-    jobs = [(task, *_prepared(pipe, item, cfg)) for task, task_items in items.items() for item in task_items]
-    batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH)
-    for _, _, ids, row_cfg in jobs:
-        batch.add(ids, row_cfg, may_continue=budget.allows)  # no row computes a forward past its budget
-    streams = RowStreams(batch)
-    tallies, cut = {task: Tally() for task in items}, 0
-    for index, (task, item, ids, row_cfg) in enumerate(jobs):
+    Each decode keeps its own budget. Its seconds are its share of the steps it took part in (each step's
+    time divided among the decodes it served), so that the decodes' seconds add up to the sweep's engine
+    time, as when they ran one after another: a decode that shares its forwards with 15 others is not
+    charged 16 times for them (the budget's seconds bound what a decode costs, not how full its batch was)."""
+    tallies, cut = {task: Tally() for task in rows.tasks}, 0
+    for index in range(state.per_cell):
         if max_seconds is not None and time.monotonic() - state.started > max_seconds:
             state.decoded -= index  # this cell's decodes are dropped
-            for rest in range(index, len(jobs)):
-                batch.drop(rest)
+            rows.drop_all()
             return None
-        trace = pipe.new_trace(ids, row_cfg)
-        tally, was_cut = _tally(pipe, item, trace, budget.bound(streams.row(index), clock=lambda t=trace: t.seconds))
+        row, task, item, ids, row_cfg = rows.next(cell)
+        trace, stream = pipe.new_trace(ids, row_cfg), rows.streams.row(row)
+
+        def clock(stream=stream) -> float:  # the decode's share of the forwards it took part in
+            return stream.seconds
+
+        tally, was_cut = _tally(pipe, item, trace, rows.budget.bound(stream, clock=clock), clock)
         tallies[task].add(tally)
         cut += was_cut
         state.decoded += 1

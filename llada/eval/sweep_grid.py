@@ -10,6 +10,7 @@ points that no other point beats on both. Running a sweep is `llada.eval.sweep`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..presets import tau_text
 from .tally import ModeReport, Tally
@@ -36,9 +37,9 @@ class Cell:
     block_length: int
     preset: str = ""
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """A stable id: the cache's key of this cell's point."""
+        """A stable id: the cache's key of this cell's point (kept: a sweep's progress reads it often)."""
         mbe = "mbe" if self.mbe else "nombe"
         return f"{self.preset or 'grid'}|{self.tau_mask:g}|{tau_text(self.tau_edit)}|{mbe}|{self.block_length}"
 
