@@ -12,20 +12,26 @@ from llada.trace import Trace
 from .. import export
 from ..frame import refusing
 from ..render import canvas
+from ..render.live import replay_value
 from ..settings import check_choice, check_flag, check_step
 
 SPEEDS = ["0.5", "1", "2", "4"]  # the replay speeds offered (times the normal pace)
 
 
 @refusing
-def show_step(trace: Trace | None, step, ghost) -> str:
-    return canvas.render(trace, check_step(step), check_flag("ghost", ghost))
+def show_step(trace: Trace | None, step, ghost) -> tuple:
+    """The canvas at `step` and the run's replay for the browser (ghost on or off draws other cells)."""
+    ghost = check_flag("ghost", ghost)
+    return canvas.render(trace, check_step(step), ghost), replay_value(trace, ghost)
 
 
 @refusing
 def scrub(trace: Trace | None, step, ghost) -> tuple:
-    """The canvas at the scrubbed step; a replay in progress (a slow replay too) stops: the user took over."""
-    return show_step(trace, step, ghost), gr.Timer(active=False)
+    """A replay in progress (a slow replay too) stops: the user took over. The browser draws the scrubbed step
+    of a finished run from its replay (ui/render/live.py) at once; the server draws only a live run's."""
+    step, ghost = check_step(step), check_flag("ghost", ghost)
+    finished = trace is not None and trace.status != "running"
+    return (gr.skip() if finished else canvas.render(trace, step, ghost)), gr.Timer(active=False)
 
 
 TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
