@@ -16,6 +16,7 @@ step scrubber's own input events draw any step from it at once (`SCRUBBER_JS`, `
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 
@@ -65,6 +66,15 @@ def replay_value(trace: Trace | None, ghost: bool = False, elem_id: str = "canva
     return {"id": uuid.uuid4().hex[:12], "target": elem_id, "steps": trace.steps,
             "first": canvas.render(trace, 0, ghost, elem_id=elem_id),
             "patches": [canvas.patch(trace, k - 1, k, ghost) for k in range(1, trace.steps + 1)]}
+
+
+_FRAMES = itertools.count()
+
+
+def drawn(html: str) -> str:
+    """A canvas the server draws over one the browser may have drawn since (from a replay, as the scrubber
+    moved): marked as a new frame, since a component redraws only a value that differs from its last one."""
+    return html.replace('class="canvas', f'data-frame="{next(_FRAMES)}" class="canvas', 1)
 
 
 def canvas_script() -> str:
