@@ -1,5 +1,6 @@
-// The token canvas in the browser: apply a patch (ui/canvas.py `patch`) to a rendered canvas, and keep
-// the active block in view. Loaded by the playground's canvas components and inlined in exported replays.
+// The token canvas in the browser: apply a patch (ui/canvas.py `patch`) to a rendered canvas, draw any step
+// of a replay (the canvas at step 0 and one patch per step), and keep the active block in view. Loaded by
+// the playground's canvas components and inlined in exported replays.
 window.lladaCanvas = window.lladaCanvas || (function () {
   function cellOf(seq, pos, blockLength) {
     const block = seq.children[Math.floor(pos / blockLength)];
@@ -23,6 +24,12 @@ window.lladaCanvas = window.lladaCanvas || (function () {
     if (checkBase && (root.dataset.base !== String(patch.base) || Number(root.dataset.step) >= patch.step)) {
       return false;
     }
+    redraw(root, patch);
+    follow(root);
+    return true;
+  }
+
+  function redraw(root, patch) {
     const seq = root.querySelector(".seq");
     const blockLength = Number(root.dataset.blockLength || 0) || (seq.children[0].children.length - 1);
     for (const [b, cls] of patch.blocks) {
@@ -36,9 +43,24 @@ window.lladaCanvas = window.lladaCanvas || (function () {
     root.querySelector(".counts").innerHTML = patch.counts;
     root.dataset.step = patch.step;
     root.dataset.steps = patch.steps;
-    follow(root);
-    return true;
   }
 
-  return { apply: apply, follow: follow };
+  // Step k of a replay {id, first, steps, patches}: forward from the step on screen when the canvas is this
+  // replay's, else from step 0 (a fresh canvas takes the old one's place). Returns the canvas element.
+  function show(root, replay, k) {
+    if (!root || !replay || !Number.isInteger(k) || k < 0 || k > replay.steps) return root;
+    if (root.dataset.replay !== replay.id || Number(root.dataset.step) > k) {
+      const box = document.createElement("div");
+      box.innerHTML = replay.first;
+      const fresh = box.firstElementChild;
+      fresh.dataset.replay = replay.id;
+      root.replaceWith(fresh);
+      root = fresh;
+    }
+    for (let s = Number(root.dataset.step); s < k; s++) redraw(root, replay.patches[s]);
+    follow(root);
+    return root;
+  }
+
+  return { apply: apply, follow: follow, show: show };
 })();

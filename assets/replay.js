@@ -1,22 +1,18 @@
-// Player of an exported replay: the canvas of step 0, then one patch per step (assets/canvas.js applies
-// them). Going back rebuilds from step 0, which costs the changes of the run, never a stored frame per step.
+// Player of an exported replay: the canvas of step 0, then one patch per step (assets/canvas.js draws any
+// step from them: forward from the step on screen, or again from step 0 to go back), never a stored frame
+// per step.
 (function () {
   const data = JSON.parse(document.getElementById("frames").textContent);
   const slider = document.getElementById("step");
   const holder = document.getElementById("canvas-frame");
   const label = document.getElementById("step-label");
   const button = document.getElementById("play");
-  let shown = -1;
   let timer = null;
-
-  function root() { return holder.querySelector(".canvas"); }
+  data.id = "export";
+  holder.innerHTML = data.first;
 
   function show(k) {
-    if (k < shown || shown < 0) {
-      holder.innerHTML = data.first;
-      shown = 0;
-    }
-    for (; shown < k; shown++) window.lladaCanvas.apply(root(), data.patches[shown], false);
+    window.lladaCanvas.show(holder.querySelector(".canvas"), data, k);
     slider.value = k;
     label.textContent = "step " + k + " / " + data.steps;
   }

@@ -7,6 +7,7 @@ its own page, so none depends on another's order. Screenshots go to tests/artifa
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -83,7 +84,7 @@ def test_run_shows_every_position_in_a_state(page):
     stats = page.inner_text("#stats")
     for word in ("forwards", "tokens", "TPF", "TPS", "drafts", "edits", "MBE edits"):
         assert word in stats
-    assert "engine: reference (the model is on cpu)" in stats  # which MoE engine ran, under the numbers
+    assert "Engine: the PyTorch reference (the fast kernels need a GPU)." in stats  # which MoE engine ran
     page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
 
 
@@ -165,6 +166,51 @@ def test_live_frames_patch_the_canvas_and_stop_shows_the_stopped_run(page):
     forwards = int(re.search(r"stopped at forward (\d+)", page.inner_text("#stats")).group(1))
     assert 0 < forwards < 1000 and canvas_attr(page, "data-steps") > 0
     page.locator("#canvas").screenshot(path=str(ARTIFACTS / "stopped.png"))
+
+
+class Lines(logging.Handler):
+    """The server's log lines (the app runs in this process)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_a_run_during_a_slow_replay_then_stop_keeps_the_stopped_step(page):
+    log, handler = logging.getLogger(), Lines()
+    log.addHandler(handler)
+    said = []
+    page.on("console", lambda m: said.append(m.text))
+    try:
+        page.fill("#prompt textarea", "def add(a, b):")
+        set_number(page, "block-length", 8)
+        set_number(page, "gen-length", 32)
+        page.click("#generate")  # the slow replay after it is on by default
+        page.wait_for_function("document.querySelector('#stats').innerText.includes('done')", timeout=90_000)
+        page.wait_for_function("(() => { const c = document.querySelector('#canvas'), k = Number(c.dataset.step);"
+                               " return k >= 2 && k < Number(c.dataset.steps); })()",
+                               timeout=60_000)  # the replay walks from step 0, past step 1 (a slider maximum of 1)
+        page.locator("#mode label", has_text=re.compile(r"^\s*Custom\s*$")).click()
+        set_number(page, "tau-mask", 1)  # one draft per forward: a long run
+        set_number(page, "block-length", 4)
+        set_number(page, "gen-length", 800)
+        page.click("#generate")  # during the slow replay
+        page.wait_for_function("document.querySelector('#stats').innerText.startsWith('running')", timeout=90_000)
+        page.wait_for_function("Number(document.querySelector('#canvas').dataset.steps) >= 3", timeout=90_000)
+        page.click("#stop", timeout=90_000)
+        page.wait_for_function("document.querySelector('#stats').innerText.startsWith('stopped at forward')",
+                               timeout=90_000)
+        stopped = canvas_attr(page, "data-steps")
+        page.wait_for_timeout(3000)  # a slow replay would have taken the canvas back to step 0 by now
+        assert canvas_attr(page, "data-step") == stopped == canvas_attr(page, "data-steps")
+        toasts = page.locator(".toast-body").all_inner_texts()
+    finally:
+        log.removeHandler(handler)
+    heard = handler.lines + said + toasts
+    assert not [line for line in heard if "greater than maximum" in line or "less than minimum" in line], heard
 
 
 def test_learn_view_replays_a_recording(page):

@@ -2,8 +2,9 @@
 
 The replay holds the canvas before the first forward (rendered by `ui.canvas`, the app's own renderer)
 and one patch per step (`ui.canvas.patch`: the cells that step changed), with the stylesheet and the
-players (assets/canvas.js, assets/replay.js) inlined. Its size grows with the changes of the run, not
-with steps x positions: a 1,000-forward run stays a few megabytes.
+players (assets/canvas.js, assets/replay.js) and the token details (assets/tokens.js: a tap or a click on a
+token, or the arrow keys, show what it is; a phone has no hover) inlined. Its size grows with the changes of
+the run, not with steps x positions: a 1,000-forward run stays a few megabytes.
 
 Exports are written into a folder of their own under the system's temporary directory; `ExportDir`
 deletes the folders of earlier exports once they are older than a few minutes (the app serves them from
@@ -46,7 +47,7 @@ def replay_data(trace: Trace) -> dict:
 def replay_html(trace: Trace, title: str | None = None) -> str:
     """One HTML file that replays `trace` step by step in any browser, offline."""
     css = (ASSETS / "style.css").read_text(encoding="utf-8")
-    js = (ASSETS / "canvas.js").read_text(encoding="utf-8") + (ASSETS / "replay.js").read_text(encoding="utf-8")
+    js = "\n".join((ASSETS / name).read_text(encoding="utf-8") for name in ("canvas.js", "tokens.js", "replay.js"))
     title = title or f"{trace.model} · {trace.mode} · LLaDA2.1 decoding replay"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>

@@ -26,6 +26,7 @@ Loaded models are shared read-only by every session (decoding never mutates them
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -250,6 +251,7 @@ class Models:
         for pipe in pipes:
             if getattr(pipe, "engine_pid", None) != os.getpid():
                 pipe.engine = use_engine(pipe.model, "auto", ids=(pipe.mask_id, pipe.eos_id))
+                logging.getLogger("ui").info("%s: %s", pipe.name, pipe.engine.line())
                 pipe.engine_pid = os.getpid()
 
     def warm(self) -> threading.Thread | None:
@@ -274,6 +276,8 @@ class Models:
         if self.rt.kind == "zerogpu":
             pipe.model.to(self.rt.device)  # ZeroGPU: `spaces` takes the weights over and maps them into GPU calls
         pipe.name = model.name
+        if pipe.engine is not None:  # the full reason stays in the log and the API's stats; visitors read a sentence
+            logging.getLogger("ui").info("%s: %s", model.name, pipe.engine.line())
         return pipe
 
 

@@ -171,7 +171,7 @@ class Visitor:
         prompt = self.rng.choice(PROMPTS)
         run = page.event("generate", "click")
         self.call(session, run, page.data(run, prompt=prompt, gen_length=32))
-        scrub = page.event("step", "input")
+        scrub = page.event("step", "release")
         for step in range(0, 8, 2):
             self.call(session, scrub, [None, step, False])
         self.call(session, page.event("export", "click"), [None])

@@ -12,20 +12,31 @@ from llada.trace import Trace
 from .. import export
 from ..frame import refusing
 from ..render import canvas
+from ..render.live import drawn, replay_value
 from ..settings import check_choice, check_flag, check_step
 
 SPEEDS = ["0.5", "1", "2", "4"]  # the replay speeds offered (times the normal pace)
 
 
+def render(trace: Trace | None, step: int, ghost: bool, elem_id: str = "canvas") -> str:
+    """The canvas after `step`, as a new frame (the browser may have drawn another step since: live.drawn)."""
+    return drawn(canvas.render(trace, step, ghost, elem_id=elem_id))
+
+
 @refusing
-def show_step(trace: Trace | None, step, ghost) -> str:
-    return canvas.render(trace, check_step(step), check_flag("ghost", ghost))
+def show_step(trace: Trace | None, step, ghost) -> tuple:
+    """The canvas at `step` and the run's replay for the browser (ghost on or off draws other cells)."""
+    ghost = check_flag("ghost", ghost)
+    return render(trace, check_step(step), ghost), replay_value(trace, ghost)
 
 
 @refusing
 def scrub(trace: Trace | None, step, ghost) -> tuple:
-    """The canvas at the scrubbed step; a replay in progress (a slow replay too) stops: the user took over."""
-    return show_step(trace, step, ghost), gr.Timer(active=False)
+    """A replay in progress (a slow replay too) stops: the user took over. The browser draws the scrubbed step
+    of a finished run from its replay (ui/render/live.py) at once; the server draws only a live run's."""
+    step, ghost = check_step(step), check_flag("ghost", ghost)
+    finished = trace is not None and trace.status != "running"
+    return (gr.skip() if finished else render(trace, step, ghost)), gr.Timer(active=False)
 
 
 TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
@@ -43,7 +54,7 @@ def teach(trace: Trace | None, slow, ghost) -> tuple:
     if trace is None or not slow or trace.steps < 2 or trace.status != "done":  # a stopped run stays where it stopped
         return gr.skip(), gr.skip(), gr.skip()
     pace = min(max(TEACH_SECONDS / trace.steps, TEACH_STEP_S[0]), TEACH_STEP_S[1])
-    return canvas.render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
+    return render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
 
 
 def pause() -> gr.Timer:
@@ -57,7 +68,7 @@ def start_play(trace: Trace | None, step, ghost, speed) -> tuple:
     if trace is None:
         return gr.skip(), gr.skip(), gr.skip()
     k = 0 if step >= trace.steps else step
-    return canvas.render(trace, k, ghost), k, timer
+    return render(trace, k, ghost), k, timer
 
 
 @refusing
@@ -67,7 +78,7 @@ def tick(trace: Trace | None, step, ghost) -> tuple:
     if trace is None or step >= trace.steps or trace.status == "running":  # a new run took over the canvas
         return gr.skip(), gr.skip(), gr.Timer(active=False)
     k = step + 1
-    return canvas.render(trace, k, ghost), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
+    return render(trace, k, ghost), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
 
 
 def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tuple:
@@ -75,7 +86,7 @@ def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tupl
     k = canvas.next_edit_step(trace, check_step(step))
     if k is None:
         return gr.skip(), gr.skip()
-    return canvas.render(trace, k, check_flag("ghost", ghost), elem_id=elem_id), k
+    return render(trace, k, check_flag("ghost", ghost), elem_id), k
 
 
 @refusing

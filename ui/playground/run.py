@@ -23,7 +23,7 @@ from llada.trace import Trace
 from ..frame import Throttle, frame, problem, refusing
 from ..knows import knows, scope_hint
 from ..render import canvas, charts, tables
-from ..render.live import LiveCanvas, patch_value
+from ..render.live import LiveCanvas, patch_value, replay_value
 from ..runs import LiveRun, start
 from ..settings import Request, RunSettings, check_flag, check_prompt, check_settings, presets_of
 
@@ -46,6 +46,7 @@ class RunFrame(NamedTuple):
     note: Any
     heatmap: Any
     patch: Any
+    replay: Any
     trace: Any
 
 
@@ -53,7 +54,7 @@ def cleared(error: str) -> RunFrame:
     """A refused or failed request: the message, and the old run cleared from view (and from the session)."""
     return frame(RunFrame, error=error, canvas=canvas.render(None, 0), step=gr.update(maximum=1, value=0),
                  stats=tables.stats_line(None), chart_tps=None, chart_tpf=None, chart_steps=None, heatmap=None,
-                 edit_log=tables.edit_log(None), text="", note="", trace=None)
+                 edit_log=tables.edit_log(None), text="", note="", replay=None, trace=None)
 
 
 def charts_of(runs: list[tuple[str, Trace]]) -> dict:
@@ -73,12 +74,15 @@ def widget_settings(presets: dict[str, dict], mode="S", tau_mask=None, edit=True
 # ---- the playground run -------------------------------------------------------------------------------
 
 def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
-    """A frame while the run goes on: a canvas patch (or keyframe with the charts), the stats line."""
+    """A frame while the run goes on: a canvas patch (or keyframe with the charts), the stats line; the first
+    one drops the last run's replay from the browser (the server draws the scrubbed steps of a live run)."""
     trace = run.trace
     trace.name_tokens(run.pipe.token_texts, run.pipe.token_bytes)
     update = live.update(trace, keyframe=figures)
     values = {"error": "", "stats": tables.stats_line(trace, live=True, engine=engine_line(run)), "trace": trace,
               "patch": patch_value(update.patch) if update.patch else gr.skip()}
+    if trace.steps == 0:
+        values["replay"] = None
     if update.html is not None:
         values |= {"canvas": update.html, "step": gr.update(maximum=max(trace.steps, 1), value=trace.steps)}
     if figures:
@@ -87,11 +91,13 @@ def _live_frame(run: LiveRun, live: LiveCanvas, figures: bool) -> RunFrame:
 
 
 def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "", engine: str = "") -> RunFrame:
-    """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text."""
+    """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text, and its
+    replay for the browser's scrubber."""
     return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
-                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps),
+                 replay=replay_value(trace, ghost), step=gr.update(maximum=max(trace.steps, 1), value=trace.steps),
                  stats=tables.stats_line(trace, engine=engine),
-                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint), trace=trace,
+                 edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint),
+                 trace=trace,
                  heatmap=charts.confidence_figure(trace), **charts_of([(trace.mode, trace)]))
 
 
@@ -144,9 +150,12 @@ def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
 
 
 def engine_line(run: LiveRun) -> str:
-    """Which MoE engine the run's model runs and its self-check (`llada.engine`), one line; "" if unknown."""
+    """Which MoE engine the run's model runs, as a visitor reads it (`tables.engine_sentence`); "" if unknown.
+    The full reason and self-check are in the API's stats (`engine`) and the server log."""
     report = getattr(run.pipe, "engine", None)
-    return report.line() if report is not None else ""
+    if report is None:
+        return ""
+    return tables.engine_sentence(report.to_dict(), str(getattr(run.pipe.model, "device", "")))
 
 
 def partial_text(run: LiveRun) -> str:

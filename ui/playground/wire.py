@@ -65,7 +65,7 @@ def _outputs(kind, parts: dict) -> list:
 def _run_outputs(v: SimpleNamespace, trace) -> list:
     parts = {"error": v.error, "canvas": v.canvas, "step": v.step, "stats": v.stats, "edit_log": v.edit_log,
              "text": v.text, "note": v.note, "heatmap": v.heatmap, "patch": v.patch,
-             "trace": trace} | dict(zip(CHARTS, v.charts))
+             "replay": v.replay, "trace": trace} | dict(zip(CHARTS, v.charts))
     return _outputs(RunFrame, parts)
 
 
@@ -97,9 +97,11 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, exa
 
 
 def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
-    v.step.input(replay.scrub, [trace, v.step, c.ghost], [v.canvas, v.timer], trigger_mode="always_last",
-                 **PRIVATE, **REPLAY)
-    c.ghost.change(replay.show_step, [trace, v.step, c.ghost], v.canvas, **PRIVATE, **REPLAY)
+    # a finished run's steps are drawn by the browser as the scrubber moves (ui/render/live.py SCRUBBER_JS);
+    # the server hears of it once the hand lets go (a live run's step is drawn then; a replay stops)
+    v.step.release(replay.scrub, [trace, v.step, c.ghost], [v.canvas, v.timer], trigger_mode="always_last",
+                   **PRIVATE, **REPLAY)
+    c.ghost.change(replay.show_step, [trace, v.step, c.ghost], [v.canvas, v.replay], **PRIVATE, **REPLAY)
     v.play.click(replay.start_play, [trace, v.step, c.ghost, v.speed], [v.canvas, v.step, v.timer], **PRIVATE,
                  **REPLAY)
     v.pause.click(replay.pause, None, v.timer, **PRIVATE, **REPLAY)

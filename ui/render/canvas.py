@@ -257,28 +257,34 @@ def header_html(v: View) -> str:
 
 
 def counts_html(v: View) -> str:
-    """What is counted instead of drawn: masks of later blocks, and the positions past the output."""
+    """What is counted instead of drawn: masks of later blocks while a run (or its replay) can still reach
+    them, and the positions past the output (a finished run's masks after its end among them)."""
     B, tokens, mask = v.B, v.tokens, v.trace.mask_id
     later = (v.active + 1) * B
-    hidden = tokens[later:].count(mask)
+    ended = _ended(v)  # a finished run at its last step: masks left after the output are no longer to come
+    hidden = 0 if ended else tokens[later:].count(mask)
     notes = []
     if hidden:
         n_blocks = sum(1 for b in range(v.active + 1, len(tokens) // B) if mask in tokens[b * B:(b + 1) * B])
         notes.append(f'+ {hidden} masks in {n_blocks} later block{"s" if n_blocks > 1 else ""}{_never(v)}')
     start = v.end + TAIL_SHOWN  # tail: from here on, outside the active block, masks of later blocks aside
     tail = max(0, len(tokens) - start) - max(0, min(later, len(tokens)) - max(start, v.active * B))
-    tail -= tokens[max(start, later):].count(mask)
+    tail -= 0 if ended else tokens[max(start, later):].count(mask)
     if tail > 0:
-        notes.append(f"+ {tail} positions past the end of the output (EOS padding or never decoded)")
+        why = " (never decoded: the text ended before them)" if ended else " (EOS padding or never decoded)"
+        notes.append(f"+ {tail} positions past the end of the output{why}")
     return "".join(f'<span class="more">{n}</span>' for n in notes)
 
 
+def _ended(v: View) -> bool:
+    return v.step >= v.trace.steps and v.trace.status == "done"
+
+
 def _never(v: View) -> str:
-    """Why masks left at the end of a run stay masks ('' while the run, or its replay, can still reach them)."""
-    if v.step < v.trace.steps or v.trace.status == "running":
+    """Why masks left at the end of a stopped run stay masks ('' while the run, or its replay, can reach them)."""
+    if v.step < v.trace.steps or v.trace.status != "stopped":
         return ""
-    return " (never decoded: the run stopped early)" if v.trace.status == "stopped" else \
-        " (never decoded: the text ended before them)"
+    return " (never decoded: the run stopped early)"
 
 
 def legend_html() -> str:

@@ -8,10 +8,16 @@ the keyframe it was computed from, so a patch lost or merged on the way is repai
 
 The patch component is a `gr.HTML` that draws nothing: its value is {"patches": [...]}, and its script
 applies each patch to the canvas whose id the patch names.
+
+Scrubbing a finished run needs no server: with its last frame the browser gets the run's replay
+(`replay_value`: the canvas at step 0 and one patch per step, as an exported replay holds them), and the
+step scrubber's own input events draw any step from it at once (`SCRUBBER_JS`, `lladaCanvas.show`).
 """
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from dataclasses import dataclass
 
 from llada.trace import Trace
@@ -52,6 +58,25 @@ def patch_value(*patches: dict | None) -> dict | None:
     return {"patches": found} if found else None
 
 
+def replay_value(trace: Trace | None, ghost: bool = False, elem_id: str = "canvas") -> dict | None:
+    """A finished run's replay for the browser: {"id", "target", "steps", "first": canvas at step 0,
+    "patches": [the patch of step k, for k = 1..steps]}; None while the run goes on (the server draws then)."""
+    if trace is None or trace.status == "running":
+        return None
+    return {"id": uuid.uuid4().hex[:12], "target": elem_id, "steps": trace.steps,
+            "first": canvas.render(trace, 0, ghost, elem_id=elem_id),
+            "patches": [canvas.patch(trace, k - 1, k, ghost) for k in range(1, trace.steps + 1)]}
+
+
+_FRAMES = itertools.count()
+
+
+def drawn(html: str) -> str:
+    """A canvas the server draws over one the browser may have drawn since (from a replay, as the scrubber
+    moved): marked as a new frame, since a component redraws only a value that differs from its last one."""
+    return html.replace('class="canvas', f'data-frame="{next(_FRAMES)}" class="canvas', 1)
+
+
 def canvas_script() -> str:
     """assets/canvas.js (apply a patch to a canvas, keep its active block in view) and assets/tokens.js (a
     token's details on a tap or from the keyboard)."""
@@ -70,4 +95,27 @@ watch('value', () => {
 
 FOLLOW_JS = """
 watch('value', () => window.lladaCanvas.follow(element.querySelector('.canvas')));
+"""
+
+# the replay of the run on screen; the scrubber `#step` draws its steps from it as it moves (no server), and a
+# hand on the scrubber (a press, a key) pauses a replay in progress (#pause) once the step is drawn
+SCRUBBER_JS = """
+window.lladaReplays = window.lladaReplays || {};
+watch('value', () => { window.lladaReplays.canvas = props.value && props.value.first ? props.value : null; });
+if (!window.lladaScrubber) {
+  window.lladaScrubber = true;
+  document.addEventListener('input', (e) => {
+    const box = e.target.closest && e.target.closest('#step');
+    const replay = window.lladaReplays.canvas;
+    if (!box || !replay || e.target.value === '') return;
+    window.lladaCanvas.show(document.getElementById(replay.target), replay, Number(e.target.value));
+  }, true);
+  const pause = (e) => {
+    if (e.target.closest && e.target.closest('#step')) {
+      requestAnimationFrame(() => setTimeout(() => document.getElementById('pause')?.click(), 0));
+    }
+  };
+  document.addEventListener('pointerdown', pause, true);
+  document.addEventListener('keydown', pause, true);
+}
 """

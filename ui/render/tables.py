@@ -25,8 +25,8 @@ NO_RUN = ("No run yet: press Generate (or Ctrl+Enter in the prompt) or click an 
 
 
 def stats_line(trace: Trace | None, live: bool = False, engine: str = "") -> str:
-    """The run's numbers as one line of text (the `#stats` element), and the engine's line under it when given
-    (`llada.engine.EngineReport.line`: which MoE engine ran and its self-check)."""
+    """The run's numbers as one line of text (the `#stats` element), and the engine's sentence under it when
+    given (`engine_sentence`)."""
     if trace is None:
         return NO_RUN
     if engine:
@@ -37,6 +37,24 @@ def stats_line(trace: Trace | None, live: bool = False, engine: str = "") -> str
     return (f"{state} · forwards {s['forwards']} ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
             f"tokens {s['tokens']} · TPF {s['tpf']:.2f} · TPS {s['tps']:.1f} · drafts {s['drafts']} · "
             f"edits {s['edits']} · MBE edits {s['mbe_edits']}")
+
+
+def engine_sentence(engine: dict, device: str = "") -> str:
+    """Which MoE engine ran, in one short sentence for a visitor, from `EngineReport.to_dict()` (engine,
+    requested, reason, fell_back, self_check); the reason's details stay in the API's stats and the log."""
+    if engine.get("engine") == "fast":
+        passed = engine.get("self_check") == "passed"
+        checked = " (checked against the reference when the model loaded)" if passed else ""
+        return f"Engine: the fast GPU kernels{checked}."
+    if engine.get("fell_back") or engine.get("self_check") == "failed":
+        why = " (the fast GPU kernels failed their check when the model loaded)"
+    elif engine.get("requested") == "reference":
+        why = ""
+    elif device.startswith("cuda"):
+        why = " (the fast GPU kernels do not run on this GPU)"
+    else:
+        why = " (the fast kernels need a GPU)"
+    return f"Engine: the PyTorch reference{why}."
 
 
 def correctness(trace: Trace) -> str:
