@@ -7,7 +7,6 @@ the full 164 (canonical: 164/164 on both) is the README's command.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import subprocess
@@ -19,10 +18,11 @@ import pytest
 
 from llada.eval.humaneval import decode_problems, fit_gen_length, format_table
 from llada.eval.humaneval_child import decode, digest, encode, matches
-from llada.eval.humaneval_data import DATA, HumanEvalError, load_problems
+from llada.eval.humaneval_data import HumanEvalError, load_problems
 from llada.eval.humaneval_prompt import INSTRUCTION, Prompt, build_prompt, code_extract, sanitize, solution_of
-from llada.eval.humaneval_score import Evaluator, read_samples
+from llada.eval.humaneval_score import read_samples
 from llada.pipeline import Pipeline
+from he_subset import subset_evaluator, write_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ("HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/32", "HumanEval/53", "HumanEval/106",
@@ -37,17 +37,12 @@ def problems():
 @pytest.fixture(scope="module")
 def subset_file(problems, tmp_path_factory) -> Path:
     """The subset as an EvalPlus data file (rows as they are in the shipped file)."""
-    path = tmp_path_factory.mktemp("he") / "subset.jsonl.gz"
-    with gzip.open(DATA, "rt", encoding="utf-8") as f:
-        rows = [line for line in f if json.loads(line)["task_id"] in SUBSET]
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        f.writelines(rows)
-    return path
+    return write_subset(tmp_path_factory.mktemp("he"), SUBSET)
 
 
 @pytest.fixture(scope="module")
 def evaluator(subset_file, tmp_path_factory):
-    return Evaluator(load_problems(subset_file), data=subset_file, cache_dir=tmp_path_factory.mktemp("cache"), jobs=2)
+    return subset_evaluator(subset_file, tmp_path_factory.mktemp("cache"))
 
 
 def test_the_shipped_data_is_all_of_humaneval_plus(problems):

@@ -10,7 +10,6 @@ bench/results/evalplus-agreement.json.
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -19,8 +18,9 @@ import pytest
 
 from llada.eval.evalplus_agree import DEFAULT_PATH, Row, Sample, main, reason
 from llada.eval.evalplus_samples import HOSTILE_PREFIX, _before_body, base_only, canonical, edge, hostile, wrong
-from llada.eval.humaneval_data import DATA, Reference, load_problems
-from llada.eval.humaneval_score import Evaluator, Verdict
+from llada.eval.humaneval_data import Reference, load_problems
+from llada.eval.humaneval_score import Verdict
+from he_subset import subset_evaluator, write_subset
 
 SUBSET = ("HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/32")
 HAVE_EVALPLUS = Path(DEFAULT_PATH, "evalplus", "evaluate.py").is_file()
@@ -33,17 +33,12 @@ def problems():
 
 @pytest.fixture(scope="module")
 def subset_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("agree") / "subset.jsonl.gz"
-    with gzip.open(DATA, "rt", encoding="utf-8") as f:
-        rows = [line for line in f if json.loads(line)["task_id"] in SUBSET]
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        f.writelines(rows)
-    return path
+    return write_subset(tmp_path_factory.mktemp("agree"), SUBSET)
 
 
 @pytest.fixture(scope="module")
 def evaluator(subset_file, tmp_path_factory):
-    return Evaluator(load_problems(subset_file), data=subset_file, cache_dir=tmp_path_factory.mktemp("cache"), jobs=2)
+    return subset_evaluator(subset_file, tmp_path_factory.mktemp("cache"))
 
 
 def test_every_mutant_parses_and_differs_from_the_canonical_program(problems):
