@@ -25,8 +25,6 @@ would round a row differently than its own. Attention runs per row with the shap
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from typing import NamedTuple
 
 import torch
@@ -35,66 +33,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
-
-TILE = 16  # rows per matrix-product tile of the row-exact path
-_ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
-
-
-@contextlib.contextmanager
-def row_exact():
-    """Inside: every matrix product of the model's own modules runs in tiles (`tiled_linear`)."""
-    token = _ROW_EXACT.set(True)
-    try:
-        yield
-    finally:
-        _ROW_EXACT.reset(token)
-
-
-def tiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (N, K) @ weight (O, K)^T in tiles (`tiled_matmul`) -> (N, O)."""
-    out = tiled_matmul(x, transposed(weight))
-    return out if bias is None else out + bias
-
-
-def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x (N, K) @ w_t (K, O) as one batched product of (TILE, K) tiles, at least two -> (N, O).
-
-    Each tile is one product of fixed shape, so a row's result depends on that row alone (one tile
-    would let a threaded BLAS split the product itself, differently from a batch of tiles)."""
-    n, k = x.shape
-    tiles = max(2, -(-n // TILE))
-    if tiles * TILE > n:
-        x = torch.cat([x, x.new_zeros(tiles * TILE - n, k)])
-    out = torch.bmm(x.view(tiles, TILE, k), w_t.expand(tiles, *w_t.shape))  # (tiles, TILE, O)
-    return out.view(tiles * TILE, -1)[:n]
-
-
-def transposed(weight: torch.Tensor) -> torch.Tensor:
-    """weight with its last two dims swapped; on the CPU a contiguous copy kept with the weight until it
-    changes (MKL's batched product is 2-4x faster with a row-major right-hand side)."""
-    if weight.device.type != "cpu":
-        return weight.transpose(-1, -2)
-    if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
-        return weight.transpose(-1, -2).contiguous()
-    stamp = (weight._version, weight.data_ptr(), weight.dtype, tuple(weight.shape))
-    kept = getattr(weight, "_llada_transposed", None)
-    if kept is None or kept[0] != stamp:
-        kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
-        weight._llada_transposed = kept
-    return kept[1]
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O))."""
-    if not _ROW_EXACT.get():
-        return F.linear(x, weight, bias)
-    return tiled_linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
-
-
-def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """module(x); an nn.Linear goes through `linear` (other modules, e.g. FP8 ones, run as they are)."""
-    return linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
-
+from .row_exact import (TILE, linear, project, row_exact, row_exact_on, tiled_linear,  # noqa: F401
+                        tiled_matmul, transposed)
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -277,7 +217,7 @@ class Experts(nn.Module):
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
         order = flat.argsort(stable=True)  # pairs sorted by expert
         counts = torch.bincount(flat, minlength=self.w13.shape[0]).tolist()
-        if _ROW_EXACT.get():
+        if row_exact_on():
             ys = self._tiled(x, order, counts, K)
         else:
             xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert

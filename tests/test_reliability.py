@@ -157,7 +157,7 @@ def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     assert runs.active_runs() >= 1
     deadline = time.monotonic() + 120  # a generous bound: the state is waited for, not assumed
     while runs.active_runs() and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.1)  # waits for: the dropped client's run to close (poll interval, 120 s bound)
     left = runs.active_runs()
     print(f"\ndropped client: {left} runs still open {120 - max(deadline - time.monotonic(), 0):.1f} s later")
     assert left == 0

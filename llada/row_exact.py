@@ -1,0 +1,75 @@
+"""Row-exact matrix products: inside `row_exact()` every product of the model's own modules runs as a
+batched product of fixed-shape tiles, so a row's result depends on that row alone (see `llada.model`)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TILE = 16  # rows per matrix-product tile of the row-exact path
+_ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
+
+
+def row_exact_on() -> bool:
+    """Whether the row-exact path is on here."""
+    return _ROW_EXACT.get()
+
+
+@contextlib.contextmanager
+def row_exact():
+    """Inside: every matrix product of the model's own modules runs in tiles (`tiled_linear`)."""
+    token = _ROW_EXACT.set(True)
+    try:
+        yield
+    finally:
+        _ROW_EXACT.reset(token)
+
+
+def tiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (N, K) @ weight (O, K)^T in tiles (`tiled_matmul`) -> (N, O)."""
+    out = tiled_matmul(x, transposed(weight))
+    return out if bias is None else out + bias
+
+
+def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+    """x (N, K) @ w_t (K, O) as one batched product of (TILE, K) tiles, at least two -> (N, O).
+
+    Each tile is one product of fixed shape, so a row's result depends on that row alone (one tile
+    would let a threaded BLAS split the product itself, differently from a batch of tiles)."""
+    n, k = x.shape
+    tiles = max(2, -(-n // TILE))
+    if tiles * TILE > n:
+        x = torch.cat([x, x.new_zeros(tiles * TILE - n, k)])
+    out = torch.bmm(x.view(tiles, TILE, k), w_t.expand(tiles, *w_t.shape))  # (tiles, TILE, O)
+    return out.view(tiles * TILE, -1)[:n]
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    """weight with its last two dims swapped; on the CPU a contiguous copy kept with the weight until it
+    changes (MKL's batched product is 2-4x faster with a row-major right-hand side)."""
+    if weight.device.type != "cpu":
+        return weight.transpose(-1, -2)
+    if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
+        return weight.transpose(-1, -2).contiguous()
+    stamp = (weight._version, weight.data_ptr(), weight.dtype, tuple(weight.shape))
+    kept = getattr(weight, "_llada_transposed", None)
+    if kept is None or kept[0] != stamp:
+        kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
+        weight._llada_transposed = kept
+    return kept[1]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O))."""
+    if not _ROW_EXACT.get():
+        return F.linear(x, weight, bias)
+    return tiled_linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """module(x); an nn.Linear goes through `linear` (other modules, e.g. FP8 ones, run as they are)."""
+    return linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
