@@ -18,9 +18,9 @@ so that a decode step only runs the active window.
 `forward_rows` runs several sequences (rows) in one forward, each with its own window, positions,
 attention mask and KV cache. It is *row-exact*: a row's logits are bit for bit those it gets alone.
 Token-wise work runs on all rows' tokens at once, padded to whole tiles of `TILE` tokens, and every
-matrix product runs as a batched product of `TILE`-row tiles (`tiled_linear`): a BLAS picks its
-kernel, and so the order of its sums, by the number of rows, so one plain product over all rows
-would round a row differently than its own. Attention runs per row with the shapes of a lone run.
+matrix product runs on whole tiles (`llada.row_exact`): a BLAS picks its kernel, and so the order of
+its sums, by the shape of a product, so a product over any number of rows would round a row
+differently than its own. Attention runs per row with the shapes of a lone run.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
-from .row_exact import (TILE, linear, project, row_exact, row_exact_on, tiled_linear,  # noqa: F401
-                        tiled_matmul, transposed)
+from .row_exact import (TILE, linear, project, row_exact, row_exact_on, tile_product,  # noqa: F401
+                        tiled_linear, tiled_matmul, transposed)
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -259,9 +259,7 @@ class Experts(nn.Module):
         w_t = transposed(w)  # (E, in, out)
         out = x.new_empty(x.shape[0], w.shape[1])
         for (e, _, rows), start in zip(spans, starts):
-            tiles = rows // TILE
-            torch.bmm(x[start:start + rows].view(tiles, TILE, -1), w_t[e].expand(tiles, *w_t.shape[1:]),
-                      out=out[start:start + rows].view(tiles, TILE, -1))
+            tile_product(x[start:start + rows], w_t[e], out=out[start:start + rows])
         return out
 
 

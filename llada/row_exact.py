@@ -1,5 +1,14 @@
-"""Row-exact matrix products: inside `row_exact()` every product of the model's own modules runs as a
-batched product of fixed-shape tiles, so a row's result depends on that row alone (see `llada.model`)."""
+"""Row-exact matrix products: inside `row_exact()` every product of the model's own modules runs on rows
+padded to whole tiles of `TILE`, so that a row's result depends on that row alone (see `llada.model`).
+
+How a padded product runs (`tile_product`): as a batched product of (TILE, K) tiles, each one product of
+fixed shape whatever the number of rows; or, on the CPU with one thread, as one plain product over all
+the padded rows. A single-threaded sgemm / dgemm rounds every row alike for any number of rows that is a
+multiple of 16 (checked for every such count from 32 to 1024 on the model's shapes and odd ones, float32,
+float64 and bfloat16; 1 to 3 rows, or a count off a multiple of 4 in float64, take other kernels, and a
+threaded product may split the work by its shape), and it packs the weight once where a batched product
+packs it again for every tile: a quarter of a forward of 16 rows of 32 tokens.
+"""
 
 from __future__ import annotations
 
@@ -44,8 +53,18 @@ def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
     tiles = max(2, -(-n // TILE))
     if tiles * TILE > n:
         x = torch.cat([x, x.new_zeros(tiles * TILE - n, k)])
-    out = torch.bmm(x.view(tiles, TILE, k), w_t.expand(tiles, *w_t.shape))  # (tiles, TILE, O)
-    return out.view(tiles * TILE, -1)[:n]
+    return tile_product(x, w_t)[:n]
+
+
+def tile_product(x: torch.Tensor, w_t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x (P, K) @ w_t (K, O) -> (P, O) (into `out` when given), P a whole number of tiles, at least two.
+
+    One plain product on the CPU with one thread, else a batched product of tiles (module docstring)."""
+    if x.device.type == "cpu" and torch.get_num_threads() == 1:
+        return torch.mm(x, w_t, out=out)
+    tiles = x.shape[0] // TILE
+    tiled = None if out is None else out.view(tiles, TILE, -1)
+    return torch.bmm(x.view(tiles, TILE, -1), w_t.expand(tiles, *w_t.shape), out=tiled).view(tiles * TILE, -1)
 
 
 def transposed(weight: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 from llada.batch import BatchDecoder, decode_batch, generate_batch
 from llada.checkpoint import load_model
 from llada.decode import generate
-from llada.model import Row, tiled_linear
+from llada.model import TILE, Row, tile_product, tiled_linear
 from llada.pipeline import Pipeline
 from golden_cases import case_config
 
@@ -122,6 +122,18 @@ def test_tiled_products_do_not_depend_on_the_other_rows(dtype):
     alone = tiled_linear(x, w)
     for n in (1, 9, 16, 40, 200):
         assert torch.equal(tiled_linear(torch.cat([torch.randn(n, 384, dtype=dtype), x]), w)[n:], alone)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_product_over_whole_tiles_rounds_each_row_as_a_batch_of_tiles(dtype):
+    """On the CPU with one thread (conftest) the padded rows run as one product: every row as in its tile."""
+    torch.manual_seed(0)
+    w_t = torch.randn(99, 37, dtype=dtype)  # odd sizes: an edge of every kernel
+    x = torch.randn(9 * TILE, 99, dtype=dtype)
+    for tiles in (2, 3, 9):
+        rows = x[:tiles * TILE]
+        batched = torch.bmm(rows.view(tiles, TILE, -1), w_t.expand(tiles, *w_t.shape)).view(-1, 37)
+        assert torch.equal(tile_product(rows, w_t), batched)
 
 
 def test_rows_join_and_leave_between_rounds(ref_model, golden):

@@ -45,7 +45,7 @@ from .sweep_report import format_table, to_csv, to_json
 __all__ = ["Budget", "Cell", "Point", "Progress", "SweepSpec", "engine_of", "main", "pareto_front", "score", "sweep"]
 MAX_DECODES = 20_000  # cells x tasks x items of one sweep (~25 min of the shipped model on one CPU thread)
 DECODE_BUDGET = Budget(forwards=256, seconds=10.0)  # per decode of a sweep
-BATCH = 16  # decodes run this many at a time, sharing forwards (the same traces as one by one)
+BATCH = 32  # decodes run this many at a time, sharing forwards (the same traces as one by one)
 
 
 def score(pipe, item: Item, cfg, budget: Budget) -> tuple[Tally, bool]:
