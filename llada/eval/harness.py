@@ -147,10 +147,12 @@ def full_report(pipe, args) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
+    from ..heap import keep_freed_memory
     from ..pipeline import Pipeline
     from .codetrack import format_code_table
 
     args = parse_args(argv)
+    keep_freed_memory()
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model, device=args.device)
     report = full_report(pipe, args)

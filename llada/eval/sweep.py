@@ -291,9 +291,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from tqdm import tqdm
 
+    from ..heap import keep_freed_memory
     from ..pipeline import Pipeline
 
     args, spec = parse_args(argv)
+    keep_freed_memory()
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model)
     cache = None if args.no_cache else SweepCache(args.cache_dir)
