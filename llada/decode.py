@@ -105,13 +105,16 @@ class _Run:
         return time.perf_counter() - self.resumed
 
 
-def run_forwards(runs: list[_Run], asks: list[Forward]) -> list[torch.Tensor | None]:
-    """One model call for every row's forward -> per row logits (hi-lo, V) (None for a cache forward)."""
+def run_forwards(runs: list[_Run], asks: list[Forward], memo=None) -> list[torch.Tensor | None]:
+    """One model call for every row's forward -> per row logits (hi-lo, V) (None for a cache forward).
+
+    `memo` (`llada.forward_memo.ForwardMemo`): rows already computed are answered by it, not the model."""
     with torch.inference_mode():
         if len(runs) == 1 and runs[0].static is not None:
             run, f = runs[0], asks[0]
             return [run.static(run.x[:, f.lo:f.hi], f.lo, f.hi, f.groups_hi)]
-        logits = runs[0].model.forward_rows([run.row(f) for run, f in zip(runs, asks)])
+        rows, model = [run.row(f) for run, f in zip(runs, asks)], runs[0].model
+        logits = model.forward_rows(rows) if memo is None else memo.forward_rows(model, rows)
     return [None if out is None else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
 
 
@@ -215,6 +218,7 @@ class BatchDecoder:
     eos_id: int
     max_batch: int | None = None  # rows decoded at once (None: all); more rows wait for a free slot
     forward: str = "auto"  # the forward path (see `llada.decode`); static and graph need max_batch=1
+    memo: object = None  # a `llada.forward_memo.ForwardMemo`: rows already computed are not computed again
     waiting: deque = field(default_factory=deque)
     active: list[_Row] = field(default_factory=list)
     done: list[int] = field(default_factory=list)  # rows finished so far, in order
@@ -278,7 +282,7 @@ class BatchDecoder:
             self.refused.add(row.index)
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
-            logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active])
+            logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active], self.memo)
             for row, rows_logits in zip(self.active, logits):
                 row.ask = None
                 row.forwards += 1

@@ -50,9 +50,25 @@ def _rows_per_forward(pipe, monkeypatch) -> list[int]:
     return calls
 
 
+def _rows_per_step(monkeypatch) -> list[int]:
+    """Rows served by every step of a BatchDecoder from now on (a memo may leave the model fewer to compute)."""
+    from llada import decode
+
+    calls: list[int] = []
+    real = decode.run_forwards
+
+    def counted(runs, *args, **kwargs):
+        calls.append(len(runs))
+        return real(runs, *args, **kwargs)
+
+    monkeypatch.setattr(decode, "run_forwards", counted)
+    return calls
+
+
 def test_a_sweeps_forwards_stay_full_across_cells(tiny_model_dir, monkeypatch):
     """The next cell's decodes join as a cell's last ones finish: every forward is BATCH rows wide until
-    the sweep's last decodes drain, however long the decode being read takes."""
+    the sweep's last decodes drain, however long the decode being read takes (rows that its forward memo
+    answers included: the model computes the others)."""
     from llada.eval import sweep as sw
 
     pipe = Pipeline.load(tiny_model_dir)
@@ -62,7 +78,7 @@ def test_a_sweeps_forwards_stay_full_across_cells(tiny_model_dir, monkeypatch):
     longest = max(pipe.generate(pipe.encode(it.prompt), cfg).forwards for cfg in cfgs for it in items)
     warm_up = pipe.generate(pipe.encode(items[0].prompt), cfgs[0]).forwards  # the sweep's first decode, alone
     monkeypatch.setattr(sw, "BATCH", 4)
-    calls = _rows_per_forward(pipe, monkeypatch)
+    calls = _rows_per_step(monkeypatch)
     last = list(sw.sweep(pipe, spec, budget=sw.Budget(forwards=256, seconds=600.0)))[-1]
     assert last.status == "done" and len(last.points) == 4
     decodes = calls[warm_up:]

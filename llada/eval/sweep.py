@@ -11,8 +11,10 @@ with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a deco
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
 add them up): accuracy is the mean of the per-task accuracies, TPF generated tokens over all forwards
 (cache refreshes included). A sweep's decodes run `BATCH` at a time, sharing forwards (`llada.batch`), in
-cell order, the next cell's decodes joining as a cell's last ones finish (`_Rows`): each decode's trace is
-the one it gets alone, so a point does not depend on the batch.
+cell order, the next cell's decodes joining as a cell's last ones finish (`_Rows`), and a forward memo
+(`llada.forward_memo`) answers every row that another decode already ran (the settings of a grid decode
+an item through mostly the same forwards): each decode's trace is the one it gets alone, so a point
+depends on neither the batch nor the memo.
 
 `sweep(pipe, spec)` is a generator of `Progress`, one after every decode and one with the `Point` of
 each cell as it completes, so a caller can draw the chart as it grows, stop at any time or bound the time
@@ -35,6 +37,7 @@ from typing import Iterator, NamedTuple
 from ..batch import RowStreams
 from ..budget import Budget
 from ..decode import BatchDecoder
+from ..forward_memo import ForwardMemo
 from .sweep_cache import SweepCache
 from .humaneval_task import HumanEvalItem
 from .sweep_grid import GEN_LENGTH, PRESETS, TAU_MASKS, TASK_SETS, Cell, Point, SweepSpec, pareto_front, point_of
@@ -179,7 +182,8 @@ class _Rows:
         self.pipe, self.budget, self.tasks = pipe, budget, list(items)
         self.jobs = ((cell, task, item) for cell in cells for task, task_items in items.items() for item in task_items)
         self.gen_length = spec.gen_length
-        self.streams = RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH), self._feed)
+        batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH, memo=ForwardMemo())
+        self.streams = RowStreams(batch, self._feed)
         self.added: deque = deque()  # (row index, cell key, task, item, ids, cfg) added and not yet read
 
     def _feed(self, batch: BatchDecoder) -> None:
