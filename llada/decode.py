@@ -36,7 +36,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Generator, Iterator, NamedTuple
 
 import torch
 
@@ -46,6 +46,9 @@ from .graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, Row, block_causal_mask
 from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
+
+if TYPE_CHECKING:
+    from .forward_memo import ForwardMemo
 
 FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
@@ -105,7 +108,7 @@ class _Run:
         return time.perf_counter() - self.resumed
 
 
-def run_forwards(runs: list[_Run], asks: list[Forward], memo=None) -> list[torch.Tensor | None]:
+def run_forwards(runs: list[_Run], asks: list[Forward], memo: ForwardMemo | None = None) -> list[torch.Tensor | None]:
     """One model call for every row's forward -> per row logits (hi-lo, V) (None for a cache forward).
 
     `memo` (`llada.forward_memo.ForwardMemo`): rows already computed are answered by it, not the model."""
@@ -218,7 +221,7 @@ class BatchDecoder:
     eos_id: int
     max_batch: int | None = None  # rows decoded at once (None: all); more rows wait for a free slot
     forward: str = "auto"  # the forward path (see `llada.decode`); static and graph need max_batch=1
-    memo: object = None  # a `llada.forward_memo.ForwardMemo`: rows already computed are not computed again
+    memo: ForwardMemo | None = None  # rows already computed are answered by it, not computed again
     waiting: deque = field(default_factory=deque)
     active: list[_Row] = field(default_factory=list)
     done: list[int] = field(default_factory=list)  # rows finished so far, in order

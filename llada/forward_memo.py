@@ -55,8 +55,9 @@ class ForwardMemo:
         return tuple(row.ids.tolist()), row.cache is None, row.logits
 
     def forward_rows(self, model: LLaDA2MoE, rows: list[Row]) -> list[torch.Tensor | None]:
+        """Per row logits as `model.forward_rows(rows)` gives them; the model runs only rows not kept, once each."""
         keys = [self.key(row) for row in rows]
-        out: dict[int, torch.Tensor | None] = {i: self._answer(k, rows[i]) for i, k in enumerate(keys) if k in self.kept}
+        out = {i: self._answer(k, rows[i]) for i, k in enumerate(keys) if k in self.kept}  # row -> logits
         first: dict[tuple, int] = {}  # key -> the row of this call that computes it
         todo = [i for i, k in enumerate(keys) if i not in out and (k is None or first.setdefault(k, i) == i)]
         if todo:
@@ -75,7 +76,7 @@ class ForwardMemo:
     def _keep(self, key: tuple, row: Row, logits: torch.Tensor | None) -> None:
         T = row.ids.shape[0]
         kv = (None, None) if row.cache is None else (row.cache.k[:, :, :, :T].clone(), row.cache.v[:, :, :, :T].clone())
-        kept = _Kept(None if logits is None else logits.clone(), *kv)  # a clone: not a view of the whole call's logits
+        kept = _Kept(None if logits is None else logits.clone(), *kv)  # clones: not views of the call's tensors
         if kept.bytes > self.max_bytes:
             return
         self.kept[key] = kept
