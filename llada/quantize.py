@@ -107,9 +107,11 @@ class FusedRouter(Router):
         return (type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
                 and router.expert_bias is not None)  # the kernel adds a bias (E,): a router without one keeps torch
 
-    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32."""
-        return kernels.route(h, self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale)
+    def forward(self, h: torch.Tensor, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32; shared: (T, K + 1), the last
+        column the shared expert's id E with weight 1 (`llada.engine.FusedMoE`)."""
+        return kernels.route(h, self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale,
+                             shared)
 
 
 def _quantize_linears(module: nn.Module, impl: str) -> int:

@@ -95,19 +95,32 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: st
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                   impl: str = "auto", adds: tuple = ()) -> torch.Tensor:
+                   impl: str = "auto", adds: tuple = (), shared: tuple | None = None) -> torch.Tensor:
     """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere.
 
     adds: up to two (T, H) tensors (the shared expert's output, the residual) summed into the result
-    by the same launch, left to right, each sum rounded to x.dtype."""
-    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights, adds=adds)
+    by the same launch, left to right, each sum rounded to x.dtype. shared: the shared expert's (2I, H)
+    gate|up and (H, I) down weights, run as expert E of the same grouped GEMMs (ids, weights (T, K + 1))."""
+    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights, adds=adds,
+                                                                   shared=shared)
 
 
 def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
-          topk_group: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sigmoid router with group-limited top-k in Triton: h (T, H) -> ids (T, K) int64, weights (T, K)."""
+          topk_group: int, scale: float, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sigmoid router with group-limited top-k in Triton: h (T, H) -> ids (T, K) int64, weights (T, K);
+    shared: (T, K + 1), the last column id E with weight 1 (a shared expert run by `fused_moe_bf16`)."""
     resolve_impl("triton", h)
-    return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale)
+    return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale,
+                                                              shared)
+
+
+def route_add_norm(h: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                   weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int, topk_group: int,
+                   scale: float, shared: bool = False) -> tuple[torch.Tensor, ...]:
+    """s = residual + h, x = RMSNorm(s) and `route(x)` in one Triton launch -> (s, x, ids, weights)."""
+    resolve_impl("triton", h)
+    return importlib.import_module(".router", __name__).route_add_norm(h, residual, norm_weight, eps, weight, bias,
+                                                                       top_k, n_group, topk_group, scale, shared)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, impl: str = "auto") -> torch.Tensor:

@@ -92,8 +92,10 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     T, H, I, E, K = tokens, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]
     x = torch.empty(T, H, dtype=torch.bfloat16)  # untouched CPU memory: only shapes and pointers matter
     gate_w, bias = torch.empty(E, H, dtype=torch.bfloat16), torch.empty(E, dtype=torch.bfloat16)
-    ids, weights, routing = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"], 2.5)
-    out = [("-", launch, 0) for launch in routing]
+    ids, weights, routing, _ = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"], 2.5)
+    ids1, weights1, fused_routing, _ = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"],
+                                                         2.5, shared=True, norm=(x, x[0], 1e-6))
+    out = [("-", launch, 0) for launch in routing + fused_routing]  # FP8 experts' router; bf16's with add + norm
     kinds = {"bf16": (torch.empty(E, 2 * I, H, dtype=torch.bfloat16), None,
                       torch.empty(E, H, I, dtype=torch.bfloat16), None)}
     if spec.fp8:
@@ -102,8 +104,10 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     for kind, (w13, s13, w2, s2) in kinds.items():
         for cfg in _configs(T, spec, shape, kind == "fp8"):
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
-            adds = (x, x) if kind == "bf16" else ()  # the fast engine's bf16 k-sum adds the shared expert and x
-            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg, adds)[1]:
+            # bf16: the shared expert as expert E, the k-sum adding the residual (`llada.engine.FusedMoE`)
+            shared = (w13[0], w2[0]) if kind == "bf16" else None
+            args = (ids1, weights1, cfg, (x,), shared) if kind == "bf16" else (ids, weights, cfg)
+            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, *args)[1]:
                 out.append((kind, launch, estimate.get(launch.name, 0)))
     out += [("bf16", launch, 0) for launch in norm_launches(T, shape)]
     if spec.fp8:
