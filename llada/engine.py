@@ -27,8 +27,9 @@ from torch import nn
 
 from . import kernels
 from .config import DecodeConfig
+from .fast_layers import FusedExperts, fuse_layers, unfuse_layers
 from .kernels.reference import rel_rmse
-from .model import Experts, Layer, LLaDA2MoE, MoE, Router
+from .model import Experts, LLaDA2MoE, Router
 from .quantize import FP8Experts, FusedRouter
 
 ENGINES = ("auto", "fast", "reference")
@@ -69,98 +70,6 @@ class EngineReport:
                 "fell_back": self.fell_back, "self_check": ("passed" if ok else "failed") if ran else "none"}
 
 
-class FusedExperts(nn.Module):
-    """`Experts` on the bf16 grouped-GEMM kernels: same w13 (E, 2I, H) / w2 (E, H, I) Parameters."""
-
-    def __init__(self, experts: Experts):
-        super().__init__()
-        self.w13, self.w2 = experts.w13, experts.w2
-
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton")
-
-    def forward_add(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, adds: list) -> torch.Tensor:
-        """forward(x) + adds[0] + ..., the sums in the experts' last launch (`llada.model.MoE`)."""
-        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton", adds=tuple(adds))
-
-    def reference(self) -> Experts:
-        experts = Experts.__new__(Experts)
-        nn.Module.__init__(experts)
-        experts.w13, experts.w2 = self.w13, self.w2
-        return experts
-
-
-class FusedMoE(MoE):
-    """`MoE` whose shared expert runs as expert E of the routed grouped GEMMs (`kernels.fused_moe_bf16`'s
-    `shared`): the router writes its column (id E, weight 1), the k-sum adds its row and the residual. Three
-    launches fewer a layer than the shared expert's own gate|up product, silu * up and down product."""
-
-    def __init__(self, moe: MoE):
-        nn.Module.__init__(self)
-        self.gate, self.experts, self.shared_experts = moe.gate, moe.experts, moe.shared_experts
-
-    @staticmethod
-    def supports(moe: nn.Module) -> bool:
-        """A plain MoE on the bf16 fused experts and router whose shared expert is one expert's size."""
-        from .kernels.fused_norm import FusedSwiGLU
-
-        shared = getattr(moe, "shared_experts", None)
-        if not (type(moe) is MoE and isinstance(moe.experts, FusedExperts) and isinstance(moe.gate, FusedRouter)
-                and isinstance(shared, FusedSwiGLU) and type(shared.down_proj) is nn.Linear):
-            return False
-        gate_up, w13 = shared._gate_up(), moe.experts.w13
-        return (gate_up is not None and gate_up.shape == w13.shape[1:] and gate_up.dtype == w13.dtype
-                and shared.down_proj.weight.shape == moe.experts.w2.shape[1:])
-
-    def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """h (B, T, H) -> experts(h) + shared(h) [+ residual], (B, T, H), each sum rounded as `MoE`'s."""
-        B, T, H = h.shape
-        flat = h.reshape(B * T, H)
-        ids, w = self.gate(flat, shared=True)  # (B*T, K + 1): the last column the shared expert
-        shared = (self.shared_experts._gate_up(), self.shared_experts.down_proj.weight)  # (2I, H), (H, I)
-        adds = () if residual is None else (residual.reshape(B * T, H),)
-        return kernels.fused_moe_bf16(flat, self.experts.w13, self.experts.w2, ids, w, impl="triton", adds=adds,
-                                      shared=shared).view(B, T, H)
-
-    def forward_add_norm(self, x: torch.Tensor, h: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        """x + h + experts(norm(x + h)) + shared(...) from the residual stream x and the attention's output h,
-        (B, T, H): the add, the norm and the router in one launch (`kernels.route_add_norm`)."""
-        B, T, H = h.shape
-        g = self.gate
-        s, normed, ids, w = kernels.route_add_norm(h.reshape(B * T, H), x.reshape(B * T, H), norm.weight, norm.eps,
-                                                   g.weight, g.expert_bias, g.top_k, g.n_group, g.topk_group,
-                                                   g.scale, shared=True)  # (B*T, H) x2, (B*T, K + 1) x2
-        shared = (self.shared_experts._gate_up(), self.shared_experts.down_proj.weight)
-        return kernels.fused_moe_bf16(normed, self.experts.w13, self.experts.w2, ids, w, impl="triton", adds=(s,),
-                                      shared=shared).view(B, T, H)
-
-    def plain(self) -> MoE:
-        moe = MoE.__new__(MoE)
-        nn.Module.__init__(moe)
-        moe.gate, moe.experts, moe.shared_experts = self.gate, self.experts, self.shared_experts
-        return moe
-
-
-class FusedLayer(Layer):
-    """`Layer` whose post-attention add + norm runs inside the router's launch (`FusedMoE.forward_add_norm`)."""
-
-    def __init__(self, layer: Layer):
-        nn.Module.__init__(self)
-        self.input_layernorm, self.attention = layer.input_layernorm, layer.attention
-        self.post_attention_layernorm, self.mlp, self.index = layer.post_attention_layernorm, layer.mlp, layer.index
-
-    def forward(self, x, cos, sin, mask, cache, start):
-        h = self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)  # (B, T, H)
-        return self.mlp.forward_add_norm(x, h, self.post_attention_layernorm)
-
-    def plain(self) -> Layer:
-        layer = Layer.__new__(Layer)
-        nn.Module.__init__(layer)
-        layer.input_layernorm, layer.attention = self.input_layernorm, self.attention
-        layer.post_attention_layernorm, layer.mlp, layer.index = self.post_attention_layernorm, self.mlp, self.index
-        return layer
-
-
 def fast_available(model: LLaDA2MoE) -> str | None:
     """None when the fast engine can run this model here, else why not (one line)."""
     if not kernels.triton_available():
@@ -196,11 +105,7 @@ def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
             mlp.experts.impl = "triton"
         if FusedRouter.supports(getattr(mlp, "gate", None)):
             mlp.gate = FusedRouter(mlp.gate)
-        if FusedMoE.supports(mlp):
-            layer.mlp = FusedMoE(mlp)
-    model.layers = nn.ModuleList(FusedLayer(layer) if isinstance(layer.mlp, FusedMoE) else layer
-                                 for layer in model.layers)
-    return model
+    return fuse_layers(model)  # the shared expert, the layer's norms and the router into the MoE's launches
 
 
 def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
@@ -208,10 +113,7 @@ def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
     from .kernels.fused_norm import unfuse_norms
 
     forget_step_graphs(model)
-    model.layers = nn.ModuleList(layer.plain() if isinstance(layer, FusedLayer) else layer for layer in model.layers)
-    for layer in model.layers:
-        if isinstance(layer.mlp, FusedMoE):
-            layer.mlp = layer.mlp.plain()
+    unfuse_layers(model)
     unfuse_norms(model)
     for layer in model.layers:
         mlp = layer.mlp

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton i
 # them, 16 with q/k/v into the cache in one launch, the shared expert's silu * up fused and its gate and up
 # one product, and the k-sum adding the shared expert and the residual; 10 with the shared expert run as one
 # more expert of the grouped GEMMs, the router (logits, top-k) after the post-attention add + norm in one
-# launch, and silu * up in the gate/up GEMM's epilogue
-MAX_MOE_LAYER = 10
-MAX_FORWARD = 208  # a 20-layer forward, counted on the tiny model and scaled; 1,546 -> 542 -> 322 -> 208
+# launch, and silu * up in the gate/up GEMM's epilogue; 9 with the next layer's input norm in the k-sum
+MAX_MOE_LAYER = 9
+MAX_FORWARD = 189  # a 20-layer forward, counted on the tiny model and scaled; 1,546 -> 542 -> 322 -> 208 -> 189
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,10 @@ def test_decode_forward_never_waits_for_the_host(census):
 
 
 def test_moe_layers_cost_the_same_and_stay_under_the_bound(census):
-    assert census.layers[1] == census.layers[2], census.layers  # a layer's count does not depend on its index
-    assert census.layers[1] <= MAX_MOE_LAYER, census.ops.most_common(12)
+    # the first MoE layer makes its own input norm (a dense layer is before it); a later one takes it from the
+    # k-sum of the layer before, so its count does not depend on its index
+    assert census.layers[1] == census.layers[2] + 1, census.layers
+    assert census.layers[2] <= MAX_MOE_LAYER, census.ops.most_common(12)
 
 
 def test_mini_forward_stays_under_the_bound(census):
@@ -48,7 +50,8 @@ def test_the_small_ops_are_fused(census):
     layers, moe = len(census.layers), len(census.layers) - census.dense_layers
     assert census.ops["_qkv_cache_kernel"] == layers and census.ops["_silu_mul_kernel"] == census.dense_layers
     assert census.ops["_route_kernel"] == census.ops["_up_kernel"] == moe and census.ops["_silu_kernel"] == 0
-    assert census.ops["_rmsnorm_kernel"] == 2 * layers + 1 - moe, census.ops  # input and post-attention, final
+    # the dense layer's two, the first MoE layer's input norm; the rest (and the final norm) made by k-sums
+    assert census.ops["_rmsnorm_kernel"] == 2 * census.dense_layers + 1, census.ops
     assert census.ops["mm"] == 2 * layers + 2 * census.dense_layers + 1, census.ops  # qkv, dense; gate|up, down; lm_head
     assert census.ops["_step_mask_kernel"] == 1 and census.ops["index_copy_"] == 0, census.ops
     assert census.ops["add"] <= 1 + census.dense_layers and census.ops["clone"] == 0, census.ops

@@ -199,3 +199,24 @@ def test_route_add_norm_is_the_add_the_norm_and_the_router(poison, dtype):
         assert torch.equal(ids.cpu(), ref_ids)
         torch.testing.assert_close(w.cpu(), ref_w, rtol=1e-5, atol=1e-6)
     assert ((ids >= 0) & (ids <= 12)).all() and (ids[:, -1] == 12).all()
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_moe_ksum_makes_the_next_sublayers_norm(poison, dtype):
+    dt = DTYPES[dtype]
+    x, w13, w2, s13, s2, ids, weights = _shared_case(5, dt)
+    residual, norm_w = _randn(5, 200, seed=24, dtype=dt), 1 + 0.1 * _randn(200, seed=25, dtype=torch.float32)
+    out, normed = kernels.fused_moe_bf16(*(poisoned(t, poison) for t in (x, w13, w2, ids, weights)), impl="triton",
+                                         adds=(poisoned(residual, poison),),
+                                         shared=(poisoned(s13, poison), poisoned(s2, poison)),
+                                         norm=(poisoned(norm_w.to(dt)[None], poison)[0], EPS))
+    ref, ref_normed = reference.fused_moe_bf16(x, w13, w2, ids, weights, adds=(residual,), shared=(s13, s2),
+                                               norm=(norm_w.to(dt), EPS))
+    assert torch.isfinite(normed).all() and normed.dtype == dt
+    # the norm of the kernel's own output, rounded as `reference.rms_norm` rounds: the same ops on the same row
+    own = reference.rms_norm(out.cpu(), norm_w.to(dt), EPS)
+    step = _step(dt)
+    torch.testing.assert_close(normed.cpu(), own, rtol=step, atol=step)
+    if dt == torch.float32:  # bf16: the output itself may differ by the ulps of the test above
+        torch.testing.assert_close(normed.cpu(), ref_normed, rtol=1e-5, atol=1e-5)

@@ -84,7 +84,7 @@ def test_bf16_routed_moe_is_five_kernels_and_no_sync():
 
 @needs_triton
 def test_bf16_moe_layer_runs_its_shared_expert_in_the_same_five_kernels():
-    from llada.engine import FusedExperts, FusedMoE
+    from llada.fast_layers import FusedExperts, FusedMoE
     from llada.kernels.fused_norm import FusedSwiGLU
 
     moe, h = moe_layer(fused=False), torch.randn(1, 7, 96, device=DEVICE)

@@ -104,9 +104,10 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     for kind, (w13, s13, w2, s2) in kinds.items():
         for cfg in _configs(T, spec, shape, kind == "fp8"):
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
-            # bf16: the shared expert as expert E, the k-sum adding the residual (`llada.engine.FusedMoE`)
+            # bf16: the shared expert as expert E, the k-sum adding the residual and making the next layer's
+            # input norm (`llada.fast_layers.FusedMoE`)
             shared = (w13[0], w2[0]) if kind == "bf16" else None
-            args = (ids1, weights1, cfg, (x,), shared) if kind == "bf16" else (ids, weights, cfg)
+            args = (ids1, weights1, cfg, (x,), shared, (x[0], 1e-6)) if kind == "bf16" else (ids, weights, cfg)
             for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, *args)[1]:
                 out.append((kind, launch, estimate.get(launch.name, 0)))
     out += [("bf16", launch, 0) for launch in norm_launches(T, shape)]

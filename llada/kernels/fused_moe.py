@@ -15,7 +15,8 @@ The launches from routed ids to the output, none of them a fill, no host sync (g
        Gathers the pairs' token rows of x and runs the gate and the up GEMM side by side over its
        slice of H in 128-wide steps; with FP8 each step's fp32 product is scaled by the activation
        scales (one per pair) and the weight tile scales (one per row): acc += (a @ w^T) * a_s * w_s.
-       Writes the fp32 pre-activations gate|up of its valid rows to gu (S, P, 2I).
+       Writes the fp32 pre-activations gate|up of its valid rows to gu (S, P, 2I); with bf16 weights
+       and no split-K (S = 1: the tile has seen all of H) h = silu(gate) * up itself, and step 4 is gone.
     4. `_silu_kernel`  tile = BLOCK_M rows x one 128-wide group of I: sums the S slices, forms
        h = silu(gate) * up once, and writes it in padded-row order: FP8 codes + one scale per row and
        group (exactly `quantize_act_fp8(h)`), or h in the weights' dtype.
@@ -25,13 +26,21 @@ The launches from routed ids to the output, none of them a fill, no host sync (g
     6. `_ksum_kernel`  out[t] = sum_k y[t*K + k], cast to x.dtype (each pair row written exactly once,
        so nothing needs zeroing; the sum order is fixed, so results are deterministic); then, where
        the caller passes them (`adds`), the shared expert's output and the residual stream, each
-       sum rounded to x.dtype as `(out + shared) + x` is: two launches fewer per MoE layer.
+       sum rounded to x.dtype as `(out + shared) + x` is: two launches fewer per MoE layer. With
+       `norm`, one program per token also writes the next sublayer's RMSNorm of its output.
 
-Why step 4 is its own pass: the down GEMM's tiles split H into H / BLOCK_N column blocks, and each
-of them needs all of h. Computing silu and the FP8 re-quantization inside the down kernel (the first
-design) repeated it H / BLOCK_N = 32 times per row at the mini's shape, ~40 instructions per element
-against one tensor-core instruction per 128-wide step: instruction-bound. The pass reads 8 KB of gu
-and writes 1 KB of h per pair, once (README, "Per-kernel estimates").
+The shared expert (`shared`, bf16 weights) runs as expert E: the router gives every token one more
+column (id E, weight 1), so ids are (T, K + 1), the sort places its T pairs like any expert's, the
+GEMMs read its own (2I, H) and (H, I) tensors where a tile's expert is E (`_expert_weight`: no copy
+of the stacked weights), and the k-sum rounds its row before adding it, as `out + shared` rounds.
+
+Why step 4 is its own pass with FP8 weights or split-K: the down GEMM's tiles split H into H / BLOCK_N
+column blocks, and each of them needs all of h. Computing silu and the FP8 re-quantization inside the
+down kernel (the first design) repeated it H / BLOCK_N = 32 times per row at the mini's shape, ~40
+instructions per element against one tensor-core instruction per 128-wide step: instruction-bound.
+The pass reads 8 KB of gu and writes 1 KB of h per pair, once (README, "Per-kernel estimates"). The
+gate/up tile holds the gate and up columns of the same rows, so without split-K it forms h itself;
+the FP8 quantizer wants one scale per 128-wide group, wider than a 64-column tile: FP8 keeps the pass.
 
 Hopper. With fewer than 64 pairs per tile the GEMMs run swapped (SWAP_AB, see configs.py): the
 weight tile (BLOCK_N, 128) is the MMA's A operand and the pairs' tile transposed its B operand, so
@@ -250,8 +259,10 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, sw_ptr, y_ptr, pairs_ptr, block_e
 
 
 @triton.jit
-def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, H, stride_ym, stride_yn, stride_ot, stride_oh, stride_a1, stride_a2,
-                 TOP_K: tl.constexpr, SHARED: tl.constexpr, ADDS: tl.constexpr, BLOCK_H: tl.constexpr):
+def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, nw_ptr, n_ptr, H, eps, stride_ym, stride_yn, stride_ot, stride_oh,
+                 stride_a1, stride_a2, stride_n,
+                 TOP_K: tl.constexpr, SHARED: tl.constexpr, ADDS: tl.constexpr, NORM: tl.constexpr,
+                 BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     ok = cols < H
@@ -270,6 +281,12 @@ def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, H, stride_ym, stride_yn, stride
         out = (out.to(tl.float32) + tl.load(a2_ptr + t * stride_a2 + cols, mask=ok, other=0.0).to(tl.float32)
                ).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + t * stride_ot + cols * stride_oh, out, mask=ok)
+    if NORM:  # the whole row is here (BLOCK_H >= H): the next sublayer's RMSNorm of it, rounded as the model's
+        of = out.to(tl.float32)  # masked columns are 0
+        r = 1.0 / tl.sqrt(tl.sum(of * of, axis=0) / H + eps)
+        w = tl.load(nw_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        normed = (w * (of * r).to(out_ptr.dtype.element_ty).to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(n_ptr + t * stride_n + cols, normed, mask=ok)
 
 
 def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
@@ -297,14 +314,15 @@ def _check_shared(w13: torch.Tensor, w2: torch.Tensor, w13_scale, shared, ids: t
 
 def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor | None, w2: torch.Tensor,
                    w2_scale: torch.Tensor | None, ids: torch.Tensor, weights: torch.Tensor,
-                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None
-                   ) -> tuple[torch.Tensor, list[Launch]]:
+                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> tuple[torch.Tensor | tuple, list[Launch]]:
     """The output buffer (T, H) in x.dtype and the launches that fill it (see module doc).
 
     FP8 weights come with their tile scales; unquantized weights (bf16) pass None for both scales.
     `adds`: up to two (T, H) tensors in x.dtype the k-sum adds to the result, one rounding each.
     `shared`: the shared expert's (2I, H) gate|up and (H, I) down weights, run as expert E: then ids and
-    weights are (T, K + 1) with id E, weight 1 in the last column (the router writes them so)."""
+    weights are (T, K + 1) with id E, weight 1 in the last column (the router writes them so).
+    `norm`: (weight (H,), eps): the output is (out, RMSNorm(out)), the next sublayer's input made by the k-sum."""
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
     if shared is not None:
         _check_shared(w13, w2, w13_scale, shared, ids)
@@ -340,11 +358,23 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
                   dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, SWAP_AB=cfg.swap_ab, GROUP=GROUP,
                        SCALED=scaled, FP32_DOT=fp32_dot, SHARED=bool(n_shared), num_warps=cfg.down_warps,
                        num_stages=cfg.down_stages))
-    a1, a2 = (*adds, out, out)[:2]  # unread where there are fewer adds
-    ksum = Launch(_ksum_kernel, (T, triton.cdiv(H, 1024)),
-                  (y, out, a1, a2, H, *y.stride(), *out.stride(), a1.stride(0), a2.stride(0)),
-                  dict(TOP_K=K, SHARED=n_shared, ADDS=len(adds), BLOCK_H=1024, num_warps=4))
-    return out, [*align, *quant, up, *silu, down, ksum]
+    ksum, normed = _ksum(y, out, adds, norm, K, n_shared)
+    return (out if norm is None else (out, normed)), [*align, *quant, up, *silu, down, ksum]
+
+
+def _ksum(y: torch.Tensor, out: torch.Tensor, adds: tuple, norm: tuple | None, K: int, shared: int):
+    """The k-sum's launch, and with `norm` = (weight (H,), eps) the RMSNorm of its output it also writes (T, H)."""
+    (T, H), a1, a2 = out.shape, *(*adds, out, out)[:2]  # unread where there are fewer adds
+    nw, eps = norm if norm is not None else (out, 0.0)
+    normed = torch.empty_like(out) if norm is not None else out  # never written without a norm
+    assert norm is None or nw.shape == (H,), f"norm weight must be (H,), got {tuple(nw.shape)}"
+    block = triton.next_power_of_2(H) if norm is not None else 1024  # a norm needs the whole row in one program
+    launch = Launch(_ksum_kernel, (T, triton.cdiv(H, block)),
+                    (y, out, a1, a2, nw, normed, H, float(eps), *y.stride(), *out.stride(), a1.stride(0),
+                     a2.stride(0), normed.stride(0)),
+                    dict(TOP_K=K, SHARED=shared, ADDS=len(adds), NORM=norm is not None, BLOCK_H=block,
+                         num_warps=4 if block <= 2048 else 8))
+    return launch, normed
 
 
 def _operands(x, w13, w13_scale, w2, w2_scale, P: int):
@@ -373,13 +403,14 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None) -> torch.Tensor:
+                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> torch.Tensor | tuple:
     """Routed experts with unquantized (bf16) weights, the same grouped GEMMs: (T, H) -> (T, H) in x.dtype
-    [+ the shared expert, see `plan_fused_moe`] [+ adds]."""
+    [+ the shared expert, see `plan_fused_moe`] [+ adds] [, and its RMSNorm with `norm`]."""
     if x.shape[0] == 0:
         _check(x, w13, None, w2, None, ids, weights)
-        return torch.empty_like(x)
-    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config, tuple(adds), shared)
+        return torch.empty_like(x) if norm is None else (torch.empty_like(x), torch.empty_like(x))
+    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config, tuple(adds), shared, norm)
     run(launches)
     return out
 

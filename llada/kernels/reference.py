@@ -106,14 +106,19 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor,
-                   weights: torch.Tensor, adds: tuple = (), shared: tuple | None = None) -> torch.Tensor:
+                   weights: torch.Tensor, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> torch.Tensor | tuple:
     """Routed experts with unquantized weights (the bf16 grouped GEMMs' contract): (T, H) -> (T, H).
 
     Products in fp32, the intermediate h = silu(gate) * up rounded once to the weights' dtype (the
     kernel stores it so), the weighted sum over the K experts in fp32, then x.dtype. `shared`: the
     shared expert's (2I, H) gate|up and (H, I) down weights, run as one more expert of the same
     contract; ids and weights are then (T, K + 1), the last column id E with weight 1, and its
-    output is rounded to x.dtype and added to the routed sum (`out + shared` of `llada.model.MoE`)."""
+    output is rounded to x.dtype and added to the routed sum (`out + shared` of `llada.model.MoE`).
+    `norm` (weight (H,), eps): -> (out, rms_norm(out)), the next sublayer's input as well."""
+    if norm is not None:
+        out = fused_moe_bf16(x, w13, w2, ids, weights, adds, shared)
+        return out, rms_norm(out, norm[0], norm[1])
     if shared is not None:
         routed = fused_moe_bf16(x, w13, w2, ids[:, :-1], weights[:, :-1])
         own = _expert_bf16(x, shared[0], shared[1]) * weights[:, -1:].float()  # (T, H) fp32
