@@ -3,8 +3,8 @@
 `quantize_model_fp8(model)` replaces every routed-expert block `layer.mlp.experts` (an `Experts`
 module with w13 (E, 2I, H) and w2 (E, H, I)) by an `FP8Experts` holding float8_e4m3fn weights and
 one fp32 scale per 128x128 tile, quantized once here. On the Triton kernels the router
-`layer.mlp.gate` becomes a `FusedRouter` too (same weights, two kernels instead of ~15 ATen ops), so
-one MoE layer is eight launches with no host sync: a CUDA graph can hold it. With `dense=True` the
+`layer.mlp.gate` becomes a `FusedRouter` too (same weights, one kernel instead of ~15 ATen ops), so
+one MoE layer is seven launches with no host sync: a CUDA graph can hold it. With `dense=True` the
 dense linears of the layers (attention projections, dense SwiGLU, shared experts) become
 `FP8Linear`; the embeddings / lm_head stay as they are. Forward contracts do not change, so the
 decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA,

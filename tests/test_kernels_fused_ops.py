@@ -133,6 +133,14 @@ def _shared_case(T, dtype):
     return [t.to(dtype) for t in (x, w13, w2, s13, s2)] + [ids1, weights1]
 
 
+def _own_rows(t, poison):
+    """t (N, K) as a view whose row stride (3K) is neither the stacked experts' nor any other argument's,
+    poison between its rows: the shared expert's weights read with another tensor's strides fail."""
+    buf = torch.full((t.shape[0], 3 * t.shape[1]), POISONS[poison], dtype=t.dtype)
+    buf[:, :t.shape[1]] = t
+    return buf.to(DEVICE)[:, :t.shape[1]]
+
+
 @pytest.mark.parametrize("split", [1, 2])  # 1: silu * up in the gate/up epilogue; 2: the SiLU pass sums slices
 @pytest.mark.parametrize("T", [1, 5])
 @pytest.mark.parametrize("poison", list(POISONS))
@@ -143,7 +151,7 @@ def test_moe_runs_the_shared_expert_as_one_more_expert(poison, T, split):
     x, w13, w2, s13, s2, ids, weights = _shared_case(T, torch.float32)
     residual = _randn(T, 200, seed=22, dtype=torch.float32)
     out = fused_moe_bf16(*(poisoned(t, poison) for t in (x, w13, w2, ids, weights)), config=MoEConfig(up_split_k=split),
-                         adds=(poisoned(residual, poison),), shared=(poisoned(s13, poison), poisoned(s2, poison)))
+                         adds=(poisoned(residual, poison),), shared=(_own_rows(s13, poison), _own_rows(s2, poison)))
     ref = reference.fused_moe_bf16(x, w13, w2, ids, weights, adds=(residual,), shared=(s13, s2))
     routed = reference.fused_moe_bf16(x, w13, w2, ids[:, :-1], weights[:, :-1])
     assert torch.isfinite(out).all()
