@@ -194,9 +194,9 @@ def test_router_writes_the_shared_experts_column(poison):
 def test_route_add_norm_is_the_add_the_norm_and_the_router(poison, dtype):
     dt = DTYPES[dtype]
     h, residual, norm_w, weight, bias = _router_case(dt)
-    s, x, ids, w = kernels.route_add_norm(*(poisoned(t, poison) for t in (h, residual)), poisoned(norm_w[None], poison)[0],
-                                          EPS, poisoned(weight, poison), poisoned(bias[None], poison)[0], 3, 4, 2, 2.5,
-                                          shared=True)
+    vector = lambda v: poisoned(v[None], poison)[0]  # (N,) with poison after its end  # noqa: E731
+    s, x, ids, w = kernels.route_add_norm(poisoned(h, poison), poisoned(residual, poison), vector(norm_w), EPS,
+                                          poisoned(weight, poison), vector(bias), 3, 4, 2, 2.5, shared=True)
     ref_s, ref_x, ref_ids, ref_w = reference.route_add_norm(h, residual, norm_w, EPS, weight, bias, 3, 4, 2, 2.5,
                                                             shared=True)
     assert s.dtype == x.dtype == dt and torch.isfinite(x).all()
