@@ -95,10 +95,8 @@ class FusedMoE(MoE):
         """From the residual stream x and the attention's output h, (B, T, H) each: s = x + h, the layer's
         output s + experts(norm(s)) + shared(norm(s)), and with `next_norm` that norm of the output."""
         B, T, H = h.shape
-        g = self.gate
-        s, normed, ids, w = kernels.route_add_norm(h.reshape(B * T, H), x.reshape(B * T, H), norm.weight, norm.eps,
-                                                   g.weight, g.expert_bias, g.top_k, g.n_group, g.topk_group,
-                                                   g.scale, shared=True)  # (B*T, H) x2, (B*T, K + 1) x2
+        ids, w, s, normed = self.gate(h.reshape(B * T, H), shared=True, residual=x.reshape(B * T, H),
+                                      norm=norm)  # (B*T, K + 1) x2, (B*T, H) x2
         after = None if next_norm is None else (next_norm.weight, next_norm.eps)
         out = self._experts(normed, ids, w, (s,), after)
         out, ahead = out if after is not None else (out, None)

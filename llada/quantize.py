@@ -107,11 +107,17 @@ class FusedRouter(Router):
         return (type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
                 and router.expert_bias is not None)  # the kernel adds a bias (E,): a router without one keeps torch
 
-    def forward(self, h: torch.Tensor, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, h: torch.Tensor, shared: bool = False, residual: torch.Tensor | None = None,
+                norm: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
         """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32; shared: (T, K + 1), the last
-        column the shared expert's id E with weight 1 (`llada.engine.FusedMoE`)."""
-        return kernels.route(h, self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale,
-                             shared)
+        column the shared expert's id E with weight 1 (`llada.fast_layers.FusedMoE`). With `residual` and
+        `norm` (an RMSNorm), h is the attention's output and the router reads norm(residual + h), in the same
+        launch: -> ids, weights, residual + h, norm(residual + h)."""
+        args = (self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale, shared)
+        if norm is None:
+            return kernels.route(h, *args)
+        s, x, ids, w = kernels.route_add_norm(h, residual, norm.weight, norm.eps, *args)
+        return ids, w, s, x
 
 
 def _quantize_linears(module: nn.Module, impl: str) -> int:

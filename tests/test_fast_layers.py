@@ -73,3 +73,16 @@ def test_fast_forward_stays_near_the_reference(model):
     # bf16 through 3 layers: the experts' and the shared expert's products rounded in other places
     assert (fast - ref).abs().max() < 0.05 * ref.abs().max(), ((fast - ref).abs().max(), ref.abs().max())
     assert (fast.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.85
+
+
+@torch.no_grad()
+def test_the_router_module_still_runs_and_hooks_see_its_ids(model):
+    seen = []  # `llada.bench.forward` counts the experts a forward touches with hooks like this one
+    hook = model.layers[2].mlp.gate.register_forward_hook(lambda m, i, out: seen.append(out[0]))
+    try:
+        model(torch.tensor([[3, 14, 15, 92, 65]], device=model.device))
+    finally:
+        hook.remove()
+    (ids,) = seen
+    E, K = model.config.num_experts, model.config.num_experts_per_tok
+    assert ids.shape == (5, K + 1) and (ids[:, -1] == E).all() and (ids[:, :-1] < E).all()
