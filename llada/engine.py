@@ -3,7 +3,9 @@
     engine="reference"   `llada.model.Router` + `Experts` (a loop over experts, a host sync per layer),
                          FP8 experts on `llada.kernels.reference`
     engine="fast"        `FusedRouter` + the grouped-GEMM kernels: `FusedExperts` for bf16 weights (any
-                         CUDA GPU from sm80), `FP8Experts` on Triton for FP8 weights (sm89 / sm90)
+                         CUDA GPU from sm80; with the shared expert, the layer's norms and the router in
+                         the MoE's own launches, `llada.fast_layers`), `FP8Experts` on Triton for FP8
+                         weights (sm89 / sm90)
     engine="auto"        fast on CUDA when its self-check passes, the reference otherwise
 
 `use_engine(model, engine)` swaps the modules in place (the same Parameter objects: nothing is

@@ -91,6 +91,15 @@ def test_gemms_do_not_spill(report):
             assert r["spills"] in (0, -1), r  # -1: cuobjdump could not run here
 
 
+def test_router_and_ksum_keep_their_rows_in_registers(report):
+    # the router holds (16 tokens, 256 experts) of logits, scores and picks; the k-sum with a norm a whole
+    # 2,048-wide row: neither may spill to local memory
+    checked = [r for r in report if r["kernel"] in ("_route_kernel", "_ksum_kernel")]
+    assert {r["kernel"] for r in checked} == {"_route_kernel", "_ksum_kernel"}
+    for r in checked:
+        assert r["spills"] in (0, -1), r
+
+
 def test_stand_in_driver_answers_as_each_gpu():
     if not kernels.triton_available():
         pytest.skip("triton is not installed")

@@ -35,7 +35,8 @@ MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, 
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
 CACHE_SLOTS = 4096  # KV cache slots of the static forward (prompt + generation)
-SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel")  # read back with cuobjdump (~1 s each)
+# read back with cuobjdump (~1 s each): the GEMMs, and the router and k-sum that hold a whole row per program
+SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel", "_route_kernel", "_ksum_kernel")
 
 
 class StandInDriver:
@@ -72,7 +73,7 @@ class Compiled:
     mma: list[str]  # distinct MMA instruction shapes in the PTX
     gmma: list[str]  # distinct warpgroup MMAs in the SASS: QGMMA (fp8), HGMMA (16-bit); [] without cuobjdump
     e4m3_converts: int  # e4m3 -> f16 conversions in the PTX (the operands of emulated FP8 dots)
-    registers: int  # -1: SASS not read (only the GEMMs' is, SASS_KERNELS) or no cuobjdump here
+    registers: int  # -1: SASS not read (only SASS_KERNELS') or no cuobjdump here
     spills: int  # local-memory (stack) bytes per thread; -1 as for registers
     shared: int  # bytes of shared memory the compiled kernel needs
     shared_estimate: int  # what `configs.smem_bytes` said before compiling (0: not a tiled GEMM)

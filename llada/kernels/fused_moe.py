@@ -303,7 +303,7 @@ def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
     assert w2_scale.shape == (E, triton.cdiv(H, GROUP), triton.cdiv(I, GROUP)), "w2_scale shape"
 
 
-def _check_shared(w13: torch.Tensor, w2: torch.Tensor, w13_scale, shared, ids: torch.Tensor) -> None:
+def _check_shared(w13: torch.Tensor, w13_scale, shared, ids: torch.Tensor) -> None:
     E, I2, H = w13.shape
     assert w13_scale is None, "the shared expert runs in the grouped GEMM with unquantized weights only"
     s13, s2 = shared
@@ -325,7 +325,7 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
     `norm`: (weight (H,), eps): the output is (out, RMSNorm(out)), the next sublayer's input made by the k-sum."""
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
     if shared is not None:
-        _check_shared(w13, w2, w13_scale, shared, ids)
+        _check_shared(w13, w13_scale, shared, ids)
     assert len(adds) <= 2 and all(a.shape == x.shape and a.dtype == x.dtype and a.stride(-1) == 1
                                   for a in adds), "adds: up to two (T, H) tensors like x, unit last stride"
     (T, H), (E, I2, _), K = x.shape, w13.shape, ids.shape[1]
