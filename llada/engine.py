@@ -3,7 +3,9 @@
     engine="reference"   `llada.model.Router` + `Experts` (a loop over experts, a host sync per layer),
                          FP8 experts on `llada.kernels.reference`
     engine="fast"        `FusedRouter` + the grouped-GEMM kernels: `FusedExperts` for bf16 weights (any
-                         CUDA GPU from sm80), `FP8Experts` on Triton for FP8 weights (sm89 / sm90)
+                         CUDA GPU from sm80; with the shared expert, the layer's norms and the router in
+                         the MoE's own launches, `llada.fast_layers`), `FP8Experts` on Triton for FP8
+                         weights (sm89 / sm90)
     engine="auto"        fast on CUDA when its self-check passes, the reference otherwise
 
 `use_engine(model, engine)` swaps the modules in place (the same Parameter objects: nothing is
@@ -27,6 +29,7 @@ from torch import nn
 
 from . import kernels
 from .config import DecodeConfig
+from .fast_layers import FusedExperts, fuse_layers, unfuse_layers
 from .kernels.reference import rel_rmse
 from .model import Experts, LLaDA2MoE, Router
 from .quantize import FP8Experts, FusedRouter
@@ -69,27 +72,6 @@ class EngineReport:
                 "fell_back": self.fell_back, "self_check": ("passed" if ok else "failed") if ran else "none"}
 
 
-class FusedExperts(nn.Module):
-    """`Experts` on the bf16 grouped-GEMM kernels: same w13 (E, 2I, H) / w2 (E, H, I) Parameters."""
-
-    def __init__(self, experts: Experts):
-        super().__init__()
-        self.w13, self.w2 = experts.w13, experts.w2
-
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton")
-
-    def forward_add(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, adds: list) -> torch.Tensor:
-        """forward(x) + adds[0] + ..., the sums in the experts' last launch (`llada.model.MoE`)."""
-        return kernels.fused_moe_bf16(x, self.w13, self.w2, ids, weights, impl="triton", adds=tuple(adds))
-
-    def reference(self) -> Experts:
-        experts = Experts.__new__(Experts)
-        nn.Module.__init__(experts)
-        experts.w13, experts.w2 = self.w13, self.w2
-        return experts
-
-
 def fast_available(model: LLaDA2MoE) -> str | None:
     """None when the fast engine can run this model here, else why not (one line)."""
     if not kernels.triton_available():
@@ -125,7 +107,7 @@ def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
             mlp.experts.impl = "triton"
         if FusedRouter.supports(getattr(mlp, "gate", None)):
             mlp.gate = FusedRouter(mlp.gate)
-    return model
+    return fuse_layers(model)  # the shared expert, the layer's norms and the router into the MoE's launches
 
 
 def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
@@ -133,6 +115,7 @@ def to_reference(model: LLaDA2MoE) -> LLaDA2MoE:
     from .kernels.fused_norm import unfuse_norms
 
     forget_step_graphs(model)
+    unfuse_layers(model)
     unfuse_norms(model)
     for layer in model.layers:
         mlp = layer.mlp

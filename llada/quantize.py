@@ -3,8 +3,8 @@
 `quantize_model_fp8(model)` replaces every routed-expert block `layer.mlp.experts` (an `Experts`
 module with w13 (E, 2I, H) and w2 (E, H, I)) by an `FP8Experts` holding float8_e4m3fn weights and
 one fp32 scale per 128x128 tile, quantized once here. On the Triton kernels the router
-`layer.mlp.gate` becomes a `FusedRouter` too (same weights, two kernels instead of ~15 ATen ops), so
-one MoE layer is eight launches with no host sync: a CUDA graph can hold it. With `dense=True` the
+`layer.mlp.gate` becomes a `FusedRouter` too (same weights, one kernel instead of ~15 ATen ops), so
+one MoE layer is seven launches with no host sync: a CUDA graph can hold it. With `dense=True` the
 dense linears of the layers (attention projections, dense SwiGLU, shared experts) become
 `FP8Linear`; the embeddings / lm_head stay as they are. Forward contracts do not change, so the
 decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA,
@@ -107,9 +107,17 @@ class FusedRouter(Router):
         return (type(router) is Router and {k for k in vars(router) if not k.startswith("_")} <= ROUTER_SETTINGS
                 and router.expert_bias is not None)  # the kernel adds a bias (E,): a router without one keeps torch
 
-    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32."""
-        return kernels.route(h, self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale)
+    def forward(self, h: torch.Tensor, shared: bool = False, residual: torch.Tensor | None = None,
+                norm: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
+        """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32; shared: (T, K + 1), the last
+        column the shared expert's id E with weight 1 (`llada.fast_layers.FusedMoE`). With `residual` and
+        `norm` (an RMSNorm), h is the attention's output and the router reads norm(residual + h), in the same
+        launch: -> ids, weights, residual + h, norm(residual + h)."""
+        args = (self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale, shared)
+        if norm is None:
+            return kernels.route(h, *args)
+        s, x, ids, w = kernels.route_add_norm(h, residual, norm.weight, norm.eps, *args)
+        return ids, w, s, x
 
 
 def _quantize_linears(module: nn.Module, impl: str) -> int:

@@ -98,10 +98,11 @@ def test_a_failing_fast_path_falls_back_and_says_why(model, monkeypatch, fault, 
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
 
 
-def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto", adds=()):
+def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto", adds=(), shared=None, norm=None):
     """Right at the self-check's M = 1 and 32, wrong elsewhere (a tile mask bug at other token counts)."""
-    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds)
-    return out if x.shape[0] in engine.CHECK_TOKENS else -4 * out
+    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds, shared)
+    out = out if x.shape[0] in engine.CHECK_TOKENS else -4 * out
+    return out if norm is None else (out, kernels.reference.rms_norm(out, *norm))
 
 
 @needs_triton

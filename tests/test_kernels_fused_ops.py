@@ -121,3 +121,110 @@ def test_rope_table_reads_exactly_the_tables_of_the_positions():
     kept = owner._rope_table
     rope_table(owner, positions, 24, 12, 6e5)
     assert owner._rope_table is kept  # made once, read by every later forward
+
+
+def _shared_case(T, dtype):
+    """The routed case plus a shared expert (2I, H), (H, I) and its column in ids / weights (id E, weight 1)."""
+    x, w13, w2, ids, weights = case(T=T)
+    g = torch.Generator().manual_seed(21)
+    s13, s2 = torch.randn(w13.shape[1:], generator=g) / 200 ** 0.5, torch.randn(w2.shape[1:], generator=g) / 40 ** 0.5
+    ids1 = torch.cat([ids, torch.full((T, 1), w13.shape[0])], dim=1)  # (T, K + 1)
+    weights1 = torch.cat([weights, torch.ones(T, 1)], dim=1)
+    return [t.to(dtype) for t in (x, w13, w2, s13, s2)] + [ids1, weights1]
+
+
+def _own_rows(t, poison):
+    """t (N, K) as a view whose row stride (3K) is neither the stacked experts' nor any other argument's,
+    poison between its rows: the shared expert's weights read with another tensor's strides fail."""
+    buf = torch.full((t.shape[0], 3 * t.shape[1]), POISONS[poison], dtype=t.dtype)
+    buf[:, :t.shape[1]] = t
+    return buf.to(DEVICE)[:, :t.shape[1]]
+
+
+@pytest.mark.parametrize("split", [1, 2])  # 1: silu * up in the gate/up epilogue; 2: the SiLU pass sums slices
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_moe_runs_the_shared_expert_as_one_more_expert(poison, T, split):
+    from llada.kernels.configs import MoEConfig
+    from llada.kernels.fused_moe import fused_moe_bf16
+
+    x, w13, w2, s13, s2, ids, weights = _shared_case(T, torch.float32)
+    residual = _randn(T, 200, seed=22, dtype=torch.float32)
+    out = fused_moe_bf16(*(poisoned(t, poison) for t in (x, w13, w2, ids, weights)), config=MoEConfig(up_split_k=split),
+                         adds=(poisoned(residual, poison),), shared=(_own_rows(s13, poison), _own_rows(s2, poison)))
+    ref = reference.fused_moe_bf16(x, w13, w2, ids, weights, adds=(residual,), shared=(s13, s2))
+    routed = reference.fused_moe_bf16(x, w13, w2, ids[:, :-1], weights[:, :-1])
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)  # fp32 sums in another order
+    own = reference.silu_mul(*(x @ s13.T).chunk(2, dim=-1)) @ s2.T  # the shared expert as `SwiGLU` runs it
+    torch.testing.assert_close(ref, routed + own + residual, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_shared_expert_is_rounded_before_it_is_added():
+    x, w13, w2, s13, s2, ids, weights = _shared_case(5, torch.bfloat16)
+    out = kernels.fused_moe_bf16(*(t.to(DEVICE) for t in (x, w13, w2, ids, weights)), impl="triton",
+                                 shared=(s13.to(DEVICE), s2.to(DEVICE)))
+    ref = reference.fused_moe_bf16(x, w13, w2, ids, weights, shared=(s13, s2))
+    # routed sum, shared output and their sum each rounded to bf16 once: an ulp of each on the interpreter
+    torch.testing.assert_close(out.cpu(), ref, rtol=3 * _step(torch.bfloat16), atol=3 * _step(torch.bfloat16))
+
+
+def _router_case(dtype, T=7, H=200):
+    # odd sizes: 12 experts in 4 groups of 3 (padded to 4), top-3 in 2 groups; real: 256 in 8 of 32, top-8 in 4
+    g = torch.Generator().manual_seed(23)
+    weight, bias = torch.randn(12, H, generator=g) * 0.1, torch.randn(12, generator=g) * 0.01
+    h, residual = torch.randn(T, H, generator=g), torch.randn(T, H, generator=g)
+    norm_w = 1 + 0.1 * torch.randn(H, generator=g)
+    return [t.to(dtype) for t in (h, residual, norm_w, weight)] + [bias]
+
+
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_router_writes_the_shared_experts_column(poison):
+    h, _, _, weight, bias = _router_case(torch.float32)
+    ids, w = kernels.route(poisoned(h, poison), poisoned(weight, poison), poisoned(bias[None], poison)[0], 3, 4, 2,
+                           2.5, shared=True)
+    ref_ids, ref_w = reference.route(h, weight, bias, 3, 4, 2, 2.5, shared=True)
+    assert ids.shape == (7, 4) and (ids[:, -1] == 12).all() and (w[:, -1] == 1).all()
+    assert torch.equal(ids.cpu(), ref_ids)  # fp32 logits, no near-ties here: the same experts in the same order
+    torch.testing.assert_close(w.cpu(), ref_w, rtol=1e-5, atol=1e-6)  # logits summed in another order
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_route_add_norm_is_the_add_the_norm_and_the_router(poison, dtype):
+    dt = DTYPES[dtype]
+    h, residual, norm_w, weight, bias = _router_case(dt)
+    vector = lambda v: poisoned(v[None], poison)[0]  # (N,) with poison after its end  # noqa: E731
+    s, x, ids, w = kernels.route_add_norm(poisoned(h, poison), poisoned(residual, poison), vector(norm_w), EPS,
+                                          poisoned(weight, poison), vector(bias), 3, 4, 2, 2.5, shared=True)
+    ref_s, ref_x, ref_ids, ref_w = reference.route_add_norm(h, residual, norm_w, EPS, weight, bias, 3, 4, 2, 2.5,
+                                                            shared=True)
+    assert s.dtype == x.dtype == dt and torch.isfinite(x).all()
+    step = _step(dt)
+    torch.testing.assert_close(s.cpu(), ref_s, rtol=step, atol=step)
+    torch.testing.assert_close(x.cpu(), ref_x, rtol=step, atol=step)
+    if dt == torch.float32:  # bf16: a rounding of x may flip a near-tie between two experts
+        assert torch.equal(ids.cpu(), ref_ids)
+        torch.testing.assert_close(w.cpu(), ref_w, rtol=1e-5, atol=1e-6)
+    assert ((ids >= 0) & (ids <= 12)).all() and (ids[:, -1] == 12).all()
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_moe_ksum_makes_the_next_sublayers_norm(poison, dtype):
+    dt = DTYPES[dtype]
+    x, w13, w2, s13, s2, ids, weights = _shared_case(5, dt)
+    residual, norm_w = _randn(5, 200, seed=24, dtype=dt), 1 + 0.1 * _randn(200, seed=25, dtype=torch.float32)
+    out, normed = kernels.fused_moe_bf16(*(poisoned(t, poison) for t in (x, w13, w2, ids, weights)), impl="triton",
+                                         adds=(poisoned(residual, poison),),
+                                         shared=(poisoned(s13, poison), poisoned(s2, poison)),
+                                         norm=(poisoned(norm_w.to(dt)[None], poison)[0], EPS))
+    ref, ref_normed = reference.fused_moe_bf16(x, w13, w2, ids, weights, adds=(residual,), shared=(s13, s2),
+                                               norm=(norm_w.to(dt), EPS))
+    assert torch.isfinite(normed).all() and normed.dtype == dt
+    # the norm of the kernel's own output, rounded as `reference.rms_norm` rounds: the same ops on the same row
+    own = reference.rms_norm(out.cpu(), norm_w.to(dt), EPS)
+    step = _step(dt)
+    torch.testing.assert_close(normed.cpu(), own, rtol=step, atol=step)
+    if dt == torch.float32:  # bf16: the output itself may differ by the ulps of the test above
+        torch.testing.assert_close(normed.cpu(), ref_normed, rtol=1e-5, atol=1e-5)

@@ -17,8 +17,10 @@ from llada.quantize import FP8Experts, FusedRouter
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-ROUTED_LAUNCHES = ["_logits_kernel", "_topk_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_silu_kernel",
-                   "_down_kernel", "_ksum_kernel"]  # router, top-k, sort, quantize x, gate/up, SiLU·mul + FP8, down, k-sum
+ROUTED_LAUNCHES = ["_route_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_silu_kernel", "_down_kernel",
+                   "_ksum_kernel"]  # router + top-k, sort, quantize x, gate/up, SiLU·mul + FP8, down, k-sum
+# bf16 experts without split-K: nothing to quantize, SiLU·mul in the gate/up GEMM's epilogue
+BF16_LAUNCHES = [n for n in ROUTED_LAUNCHES if n not in ("_act_kernel", "_silu_kernel")]
 
 
 def moe_layer(fused: bool) -> MoE:
@@ -42,7 +44,7 @@ def routed(moe: MoE, h: torch.Tensor) -> torch.Tensor:
 
 
 @needs_triton
-def test_routed_moe_is_eight_kernels_and_no_sync():
+def test_routed_moe_is_seven_kernels_and_no_sync():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
     with torch.no_grad(), count_launches() as count:
         routed(moe, h)
@@ -57,7 +59,7 @@ def test_whole_moe_layer_adds_only_the_shared_expert():
         moe(h)
     assert count.triton == ROUTED_LAUNCHES
     assert sorted(count.aten) == ["add", "mm", "mm", "mm", "mul", "silu"]  # shared SwiGLU, then routed + shared
-    assert count.total == 14 and count.syncs == []
+    assert count.total == 13 and count.syncs == []
 
 
 def test_reference_layer_syncs_and_launches_many():
@@ -69,15 +71,33 @@ def test_reference_layer_syncs_and_launches_many():
 
 
 @needs_triton
-def test_bf16_routed_moe_is_seven_kernels_and_no_sync():
+def test_bf16_routed_moe_is_five_kernels_and_no_sync():
     from llada.engine import FusedExperts
 
     moe, h = moe_layer(fused=False), torch.randn(7, 96, device=DEVICE)
     moe.experts, moe.gate = FusedExperts(moe.experts), FusedRouter(moe.gate)
     with torch.no_grad(), count_launches() as count:
         routed(moe, h)
-    assert count.triton == [n for n in ROUTED_LAUNCHES if n != "_act_kernel"]  # nothing to quantize
+    assert count.triton == BF16_LAUNCHES
     assert count.aten == [] and count.syncs == []
+
+
+@needs_triton
+def test_bf16_moe_layer_runs_its_shared_expert_in_the_same_five_kernels():
+    from llada.fast_layers import FusedExperts, FusedMoE
+    from llada.kernels.fused_norm import FusedSwiGLU
+
+    moe, h = moe_layer(fused=False), torch.randn(1, 7, 96, device=DEVICE)
+    moe.experts, moe.gate, moe.shared_experts = FusedExperts(moe.experts), FusedRouter(moe.gate), \
+        FusedSwiGLU(moe.shared_experts)
+    assert FusedMoE.supports(moe)
+    fused = FusedMoE(moe)
+    with torch.no_grad(), count_launches() as count:
+        out = fused(h, residual=h)
+    assert count.triton == BF16_LAUNCHES and count.aten == [] and count.syncs == []  # no cuBLAS product, no add
+    with torch.no_grad():
+        ref = fused.plain()(h, residual=h)  # the shared expert's own products, then the k-sum's adds
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)  # fp32: h is not rounded between the products
 
 
 SYNCS = {  # what a forward must not do inside a CUDA graph, and the name the counter gives it

@@ -86,7 +86,8 @@ def forward_bytes(model: LLaDA2MoE, block_ids: torch.Tensor, cache, prefix: int)
 def _touched_fraction(model: LLaDA2MoE, block_ids, prefix: int, cache) -> float:
     """Mean share of experts the block's routing touches per MoE layer (hooks on the routers)."""
     seen = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, out: seen.append(out[0].unique().numel()))
+    E = model.config.num_experts  # the fast engine's routers add the shared expert's column, id E: not counted
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, out: seen.append(out[0].unique().lt(E).sum().item()))
              for layer in model.layers if hasattr(layer.mlp, "gate")]
     with torch.inference_mode():
         model(block_ids, start=prefix, cache=cache)

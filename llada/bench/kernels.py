@@ -94,11 +94,11 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 
 
 def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's launches (8 in FP8, 7 in bf16) and its GEMM launches (gate/up, SiLU·mul, down)."""
+    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up, SiLU·mul, down)."""
     from ..kernels import fused_moe, router
 
-    ids, weights, routing = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
-                                              shape["topk_group"], ROUTED_SCALE)
+    ids, weights, routing, _ = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
+                                                 shape["topk_group"], ROUTED_SCALE)
     out, moe = fused_moe.plan_fused_moe(x, *layer.fused, ids, weights, config)
     gemm = [launch for launch in moe if launch.name in ("_up_kernel", "_silu_kernel", "_down_kernel")]
     return out, routing + moe, gemm

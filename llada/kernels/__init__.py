@@ -3,10 +3,13 @@
     quantize_weight_fp8(w)        (..., N, K) -> fp8 codes + one fp32 scale per 128x128 tile
     quantize_act_fp8(x)           (M, K)      -> fp8 codes + one fp32 scale per token and 128 along K
     fused_moe_fp8(x, w13, w13_scale, w2, w2_scale, ids, weights)   routed experts, (T, H) -> (T, H)
-    fused_moe_bf16(x, w13, w2, ids, weights)   the same grouped GEMMs on bf16 weights (sm80+, no FP8)
+    fused_moe_bf16(x, w13, w2, ids, weights)   the same grouped GEMMs on bf16 weights (sm80+, no FP8);
+                                  `shared` runs the shared expert as expert E, `norm` makes the next norm
     fp8_linear(x, w, w_scale)     (..., K) @ w (N, K)^T -> (..., N)
     route(h, weight, bias, ...)   the MoE router, (T, H) -> ids (T, K), weights (T, K) (Triton only;
-                                  its reference is `llada.model.Router`)
+                                  its reference is `llada.model.Router`, as `reference.route`)
+    route_add_norm(h, residual, norm_w, eps, weight, bias, ...)   x + h, its RMSNorm and the router
+                                  on it in one launch (reference: `reference.route_add_norm`)
     rms_norm(x, w, eps) / add_rms_norm(x, res, w, eps)   RMSNorm, with the residual add, one launch
     qk_norm_rope(x, w, eps, cos, sin)   QK-norm + RoPE of q or k, (B, T, heads, D) -> (B, heads, T, D)
     qkv_rope_cache(qkv, wq, wk, eps, cos, sin, k_cache, v_cache, start)   q, k, v of the static
@@ -20,8 +23,9 @@ imported only when it is chosen, so this package imports without a GPU and witho
 format and the kernels are explained in `fp8.py`, `routing.py`, `router.py` and `fused_moe.py`,
 the tile configurations in `configs.py` (fitted to the GPU of `devices.py`), the launch records in
 `launch.py`, the ahead-of-time compile for sm80 / sm89 / sm90 in `aot.py`. One FP8 MoE layer costs
-eight launches: router logits, top-k, sort by expert, activation quantization, gate/up GEMM,
-SiLU·mul + re-quantization, down GEMM, k-sum (bf16 weights: seven, nothing to quantize).
+seven launches: router with top-k, sort by expert, activation quantization, gate/up GEMM, SiLU·mul +
+re-quantization, down GEMM, k-sum (bf16 weights without split-K: five, nothing to quantize and SiLU·mul
+in the gate/up GEMM; the shared expert among them, see `llada.fast_layers`).
 """
 
 from __future__ import annotations
@@ -95,19 +99,34 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, impl: st
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                   impl: str = "auto", adds: tuple = ()) -> torch.Tensor:
+                   impl: str = "auto", adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> torch.Tensor | tuple:
     """x (T, H), bf16 w13 (E, 2I, H) / w2 (E, H, I), ids/weights (T, K) -> (T, H): no FP8 anywhere.
 
     adds: up to two (T, H) tensors (the shared expert's output, the residual) summed into the result
-    by the same launch, left to right, each sum rounded to x.dtype."""
-    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights, adds=adds)
+    by the same launch, left to right, each sum rounded to x.dtype. shared: the shared expert's (2I, H)
+    gate|up and (H, I) down weights, run as expert E of the same grouped GEMMs (ids, weights (T, K + 1)).
+    norm: (weight (H,), eps) -> (out, RMSNorm(out)), the next sublayer's input written by the same launch."""
+    return _module(impl, x, "fused_moe", fp8=False).fused_moe_bf16(x, w13, w2, ids, weights, adds=adds,
+                                                                   shared=shared, norm=norm)
 
 
 def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
-          topk_group: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sigmoid router with group-limited top-k in Triton: h (T, H) -> ids (T, K) int64, weights (T, K)."""
+          topk_group: int, scale: float, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sigmoid router with group-limited top-k in Triton: h (T, H) -> ids (T, K) int64, weights (T, K);
+    shared: (T, K + 1), the last column id E with weight 1 (a shared expert run by `fused_moe_bf16`)."""
     resolve_impl("triton", h)
-    return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale)
+    return importlib.import_module(".router", __name__).route(h, weight, bias, top_k, n_group, topk_group, scale,
+                                                              shared)
+
+
+def route_add_norm(h: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                   weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int, topk_group: int,
+                   scale: float, shared: bool = False) -> tuple[torch.Tensor, ...]:
+    """s = residual + h, x = RMSNorm(s) and `route(x)` in one Triton launch -> (s, x, ids, weights)."""
+    resolve_impl("triton", h)
+    return importlib.import_module(".router", __name__).route_add_norm(h, residual, norm_weight, eps, weight, bias,
+                                                                       top_k, n_group, topk_group, scale, shared)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, impl: str = "auto") -> torch.Tensor:
@@ -148,5 +167,5 @@ def step_mask(bounds: torch.Tensor, T: int, S: int, block_length: int, dtype: to
 
 
 __all__ = ["IMPLS", "resolve_impl", "auto_impl", "triton_available", "quantize_weight_fp8", "quantize_act_fp8",
-           "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "rms_norm", "add_rms_norm", "qk_norm_rope",
-           "qkv_rope_cache", "silu_mul", "step_mask", "reference"]
+           "fused_moe_fp8", "fused_moe_bf16", "fp8_linear", "route", "route_add_norm", "rms_norm", "add_rms_norm",
+           "qk_norm_rope", "qkv_rope_cache", "silu_mul", "step_mask", "reference"]

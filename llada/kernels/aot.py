@@ -35,7 +35,8 @@ MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, 
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
 CACHE_SLOTS = 4096  # KV cache slots of the static forward (prompt + generation)
-SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel")  # read back with cuobjdump (~1 s each)
+# read back with cuobjdump (~1 s each): the GEMMs, and the router and k-sum that hold a whole row per program
+SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel", "_route_kernel", "_ksum_kernel")
 
 
 class StandInDriver:
@@ -72,7 +73,7 @@ class Compiled:
     mma: list[str]  # distinct MMA instruction shapes in the PTX
     gmma: list[str]  # distinct warpgroup MMAs in the SASS: QGMMA (fp8), HGMMA (16-bit); [] without cuobjdump
     e4m3_converts: int  # e4m3 -> f16 conversions in the PTX (the operands of emulated FP8 dots)
-    registers: int  # -1: SASS not read (only the GEMMs' is, SASS_KERNELS) or no cuobjdump here
+    registers: int  # -1: SASS not read (only SASS_KERNELS') or no cuobjdump here
     spills: int  # local-memory (stack) bytes per thread; -1 as for registers
     shared: int  # bytes of shared memory the compiled kernel needs
     shared_estimate: int  # what `configs.smem_bytes` said before compiling (0: not a tiled GEMM)
@@ -92,8 +93,10 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     T, H, I, E, K = tokens, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]
     x = torch.empty(T, H, dtype=torch.bfloat16)  # untouched CPU memory: only shapes and pointers matter
     gate_w, bias = torch.empty(E, H, dtype=torch.bfloat16), torch.empty(E, dtype=torch.bfloat16)
-    ids, weights, routing = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"], 2.5)
-    out = [("-", launch, 0) for launch in routing]
+    ids, weights, routing, _ = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"], 2.5)
+    ids1, weights1, fused_routing, _ = router.plan_route(x, gate_w, bias, K, shape["n_group"], shape["topk_group"],
+                                                         2.5, shared=True, norm=(x, x[0], 1e-6))
+    out = [("-", launch, 0) for launch in routing + fused_routing]  # FP8 experts' router; bf16's with add + norm
     kinds = {"bf16": (torch.empty(E, 2 * I, H, dtype=torch.bfloat16), None,
                       torch.empty(E, H, I, dtype=torch.bfloat16), None)}
     if spec.fp8:
@@ -102,8 +105,11 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     for kind, (w13, s13, w2, s2) in kinds.items():
         for cfg in _configs(T, spec, shape, kind == "fp8"):
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
-            adds = (x, x) if kind == "bf16" else ()  # the fast engine's bf16 k-sum adds the shared expert and x
-            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, ids, weights, cfg, adds)[1]:
+            # bf16: the shared expert as expert E, the k-sum adding the residual and making the next layer's
+            # input norm (`llada.fast_layers.FusedMoE`)
+            shared = (w13[0], w2[0]) if kind == "bf16" else None
+            args = (ids1, weights1, cfg, (x,), shared, (x[0], 1e-6)) if kind == "bf16" else (ids, weights, cfg)
+            for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, *args)[1]:
                 out.append((kind, launch, estimate.get(launch.name, 0)))
     out += [("bf16", launch, 0) for launch in norm_launches(T, shape)]
     if spec.fp8:

@@ -43,10 +43,9 @@ class Census(NamedTuple):
         return self.prologue + sum(self.layers) + self.epilogue
 
     def scaled(self, num_layers: int) -> int:
-        """The count of the same structure with `num_layers` layers (the extra ones like the last MoE layer)."""
-        moe = self.layers[self.dense_layers:] or self.layers
-        return self.prologue + sum(self.layers[:self.dense_layers]) + moe[-1] * (num_layers - self.dense_layers) \
-            + self.epilogue
+        """The count of the same structure with `num_layers` layers (the extra ones like the last layer: the
+        first MoE layer, after a dense one, makes its own input norm; later ones take it from the k-sum before)."""
+        return self.total + self.layers[-1] * (num_layers - len(self.layers))
 
 
 @torch.no_grad()

@@ -13,7 +13,8 @@ Both operands are K-contiguous in memory, which is what FP8 wgmma requires.
     swap_ab       weight rows on the MMA M side (required below 64 pairs: see above)
     up_n          intermediate columns per gate/up tile (the tile reads up_n gate + up_n up rows)
     up_split_k    the gate/up GEMM's H axis cut into this many slices, summed by the down kernel: more
-                  CTAs when few experts are touched (T = 1 touches 8 experts: 64 tiles for 132 SMs)
+                  CTAs when few experts are touched (T = 1 touches 8 experts: 64 tiles for 132 SMs); at 1
+                  the bf16 gate/up GEMM forms silu(gate) * up itself (the SiLU pass is one launch fewer)
     down_n        hidden columns per down tile
     *_warps, *_stages   Triton's num_warps and software-pipelining depth per kernel
 

@@ -15,7 +15,8 @@ The launches from routed ids to the output, none of them a fill, no host sync (g
        Gathers the pairs' token rows of x and runs the gate and the up GEMM side by side over its
        slice of H in 128-wide steps; with FP8 each step's fp32 product is scaled by the activation
        scales (one per pair) and the weight tile scales (one per row): acc += (a @ w^T) * a_s * w_s.
-       Writes the fp32 pre-activations gate|up of its valid rows to gu (S, P, 2I).
+       Writes the fp32 pre-activations gate|up of its valid rows to gu (S, P, 2I); with bf16 weights
+       and no split-K (S = 1: the tile has seen all of H) h = silu(gate) * up itself, and step 4 is gone.
     4. `_silu_kernel`  tile = BLOCK_M rows x one 128-wide group of I: sums the S slices, forms
        h = silu(gate) * up once, and writes it in padded-row order: FP8 codes + one scale per row and
        group (exactly `quantize_act_fp8(h)`), or h in the weights' dtype.
@@ -25,13 +26,21 @@ The launches from routed ids to the output, none of them a fill, no host sync (g
     6. `_ksum_kernel`  out[t] = sum_k y[t*K + k], cast to x.dtype (each pair row written exactly once,
        so nothing needs zeroing; the sum order is fixed, so results are deterministic); then, where
        the caller passes them (`adds`), the shared expert's output and the residual stream, each
-       sum rounded to x.dtype as `(out + shared) + x` is: two launches fewer per MoE layer.
+       sum rounded to x.dtype as `(out + shared) + x` is: two launches fewer per MoE layer. With
+       `norm`, one program per token also writes the next sublayer's RMSNorm of its output.
 
-Why step 4 is its own pass: the down GEMM's tiles split H into H / BLOCK_N column blocks, and each
-of them needs all of h. Computing silu and the FP8 re-quantization inside the down kernel (the first
-design) repeated it H / BLOCK_N = 32 times per row at the mini's shape, ~40 instructions per element
-against one tensor-core instruction per 128-wide step: instruction-bound. The pass reads 8 KB of gu
-and writes 1 KB of h per pair, once (README, "Per-kernel estimates").
+The shared expert (`shared`, bf16 weights) runs as expert E: the router gives every token one more
+column (id E, weight 1), so ids are (T, K + 1), the sort places its T pairs like any expert's, the
+GEMMs read its own (2I, H) and (H, I) tensors where a tile's expert is E (`_expert_weight`: no copy
+of the stacked weights), and the k-sum rounds its row before adding it, as `out + shared` rounds.
+
+Why step 4 is its own pass with FP8 weights or split-K: the down GEMM's tiles split H into H / BLOCK_N
+column blocks, and each of them needs all of h. Computing silu and the FP8 re-quantization inside the
+down kernel (the first design) repeated it H / BLOCK_N = 32 times per row at the mini's shape, ~40
+instructions per element against one tensor-core instruction per 128-wide step: instruction-bound.
+The pass reads 8 KB of gu and writes 1 KB of h per pair, once (README, "Per-kernel estimates"). The
+gate/up tile holds the gate and up columns of the same rows, so without split-K it forms h itself;
+the FP8 quantizer wants one scale per 128-wide group, wider than a 64-column tile: FP8 keeps the pass.
 
 Hopper. With fewer than 64 pairs per tile the GEMMs run swapped (SWAP_AB, see configs.py): the
 weight tile (BLOCK_N, 128) is the MMA's A operand and the pairs' tile transposed its B operand, so
@@ -106,13 +115,27 @@ def _scales(ptrs, mask, SCALED: tl.constexpr):
         return tl.zeros(ptrs.shape, tl.float32)
 
 
+@triton.jit
+def _expert_weight(w_ptr, shared_ptr, expert, E, stride_we, stride_wn, stride_wk, stride_sn, stride_sk,
+                   SHARED: tl.constexpr):
+    """Base pointer, row and column strides of `expert`'s weight; with SHARED, id E is the shared expert's own
+    (2-D) tensor, so that it runs as one more expert of the grouped GEMM."""
+    if SHARED:
+        own = expert == E
+        return (tl.where(own, shared_ptr, w_ptr + expert * stride_we), tl.where(own, stride_sn, stride_wn),
+                tl.where(own, stride_sk, stride_wk))
+    else:
+        return w_ptr + expert * stride_we, stride_wn, stride_wk
+
+
 @triton.jit(do_not_specialize=["num_pairs"])  # one compile for every token count
-def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr, num_pairs, H, I,
+def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, sw_ptr, gu_ptr, pairs_ptr, block_expert_ptr, num_pairs, H, I, E,
                stride_xm, stride_xk, stride_xsm, stride_xsk,
-               stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
+               stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk, stride_sn, stride_sk,
                stride_gs, stride_gm, stride_gn,
                TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-               SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr):
+               SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr,
+               SHARED: tl.constexpr, ACT: tl.constexpr):
     pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)  # int64: expert * stride may pass 2^31
     if expert < 0:
@@ -127,8 +150,10 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr
     last = tl.cdiv(H, GROUP) - 1
     g0 = pid_k * steps
     g1 = tl.minimum(g0 + steps, last + 1)  # this slice's 128-wide steps of H (none when g0 > last)
-    w_gate = w_ptr + expert * stride_we + cols[:, None] * stride_wn  # (BLOCK_N, 1) row pointers
-    w_up = w_gate + I * stride_wn
+    w_e, stride_n, stride_k = _expert_weight(w_ptr, sw_ptr, expert, E, stride_we, stride_wn, stride_wk,
+                                             stride_sn, stride_sk, SHARED)
+    w_gate = w_e + cols[:, None] * stride_n  # (BLOCK_N, 1) row pointers
+    w_up = w_gate + I * stride_n
     s_gate = ws_ptr + expert * stride_wse + (cols // GROUP) * stride_wsn  # (BLOCK_N,) tile-scale rows
     s_up = ws_ptr + expert * stride_wse + ((cols + I) // GROUP) * stride_wsn
     first = tl.minimum(g0, last)  # scale indices are clamped, not masked: always in bounds
@@ -141,8 +166,8 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr
         ks = g * GROUP + tl.arange(0, GROUP)
         k_ok = ks < H
         w_mask = col_ok[:, None] & k_ok[None, :]
-        wg = tl.load(w_gate + ks[None, :] * stride_wk, mask=w_mask, other=0.0)  # (BLOCK_N, G)
-        wu = tl.load(w_up + ks[None, :] * stride_wk, mask=w_mask, other=0.0)
+        wg = tl.load(w_gate + ks[None, :] * stride_k, mask=w_mask, other=0.0)  # (BLOCK_N, G)
+        wu = tl.load(w_up + ks[None, :] * stride_k, mask=w_mask, other=0.0)
         a = tl.load(x_ptr + token[:, None] * stride_xm + ks[None, :] * stride_xk,
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(wg.dtype)  # (BLOCK_M, G)
         nxt = tl.minimum(g + 1, last)  # next step's scales, issued before this step's MMA
@@ -154,8 +179,11 @@ def _up_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, gu_ptr, pairs_ptr, block_expert_ptr
         a_s, sg, su = a_s_next, sg_next, su_next
     out = gu_ptr + pid_k * stride_gs + _rows(rows, SWAP_AB) * stride_gm + _cols(cols, SWAP_AB) * stride_gn
     ok = _rows(row_ok, SWAP_AB) & _cols(col_ok, SWAP_AB)
-    tl.store(out, gate, mask=ok)
-    tl.store(out + I * stride_gn, up, mask=ok)
+    if ACT:  # the whole H in this tile: h = silu(gate) * up straight into h (P, I), no gu and no second pass
+        tl.store(out, (gate * tl.sigmoid(gate) * up).to(gu_ptr.dtype.element_ty), mask=ok)
+    else:
+        tl.store(out, gate, mask=ok)
+        tl.store(out + I * stride_gn, up, mask=ok)
 
 
 @triton.jit(do_not_specialize=["num_pairs"])
@@ -188,12 +216,13 @@ def _silu_kernel(gu_ptr, h_ptr, hs_ptr, pairs_ptr, block_expert_ptr, num_pairs, 
 
 
 @triton.jit(do_not_specialize=["num_pairs"])
-def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_ptr, route_w_ptr, num_pairs, N, I,
-                 stride_hm, stride_hk, stride_hsm, stride_hsk,
-                 stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk,
+def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, sw_ptr, y_ptr, pairs_ptr, block_expert_ptr, route_w_ptr, num_pairs,
+                 N, I, E, stride_hm, stride_hk, stride_hsm, stride_hsk,
+                 stride_we, stride_wn, stride_wk, stride_wse, stride_wsn, stride_wsk, stride_sn, stride_sk,
                  stride_ym, stride_yn, stride_rt, stride_rk,
                  TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr):
+                 SWAP_AB: tl.constexpr, GROUP: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr,
+                 SHARED: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
     if expert < 0:
@@ -203,7 +232,9 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
     row_ok = pair < num_pairs
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # hidden features
     col_ok = cols < N
-    w_rows = w_ptr + expert * stride_we + cols[:, None] * stride_wn
+    w_e, stride_n, stride_k = _expert_weight(w_ptr, sw_ptr, expert, E, stride_we, stride_wn, stride_wk,
+                                             stride_sn, stride_sk, SHARED)
+    w_rows = w_e + cols[:, None] * stride_n
     s_rows = ws_ptr + expert * stride_wse + (cols // GROUP) * stride_wsn
     a_rows = h_ptr + rows[:, None] * stride_hm
     steps = tl.cdiv(I, GROUP)
@@ -213,7 +244,7 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
     for g in range(0, steps):
         ks = g * GROUP + tl.arange(0, GROUP)
         k_ok = ks < I
-        w = tl.load(w_rows + ks[None, :] * stride_wk, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_rows + ks[None, :] * stride_k, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
         a = tl.load(a_rows + ks[None, :] * stride_hk, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         nxt = tl.minimum(g + 1, steps - 1)
         w_s_next = _scales(s_rows + nxt * stride_wsk, col_ok, SCALED)
@@ -228,15 +259,21 @@ def _down_kernel(h_ptr, hs_ptr, w_ptr, ws_ptr, y_ptr, pairs_ptr, block_expert_pt
 
 
 @triton.jit
-def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, H, stride_ym, stride_yn, stride_ot, stride_oh, stride_a1, stride_a2,
-                 TOP_K: tl.constexpr, ADDS: tl.constexpr, BLOCK_H: tl.constexpr):
+def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, nw_ptr, n_ptr, H, eps, stride_ym, stride_yn, stride_ot, stride_oh,
+                 stride_a1, stride_a2, stride_n,
+                 TOP_K: tl.constexpr, SHARED: tl.constexpr, ADDS: tl.constexpr, NORM: tl.constexpr,
+                 BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     ok = cols < H
+    rows = y_ptr + t * TOP_K * stride_ym + cols * stride_yn  # (BLOCK_H,) the token's first pair row
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    for k in tl.static_range(TOP_K):  # fixed order: deterministic
-        acc += tl.load(y_ptr + (t * TOP_K + k) * stride_ym + cols * stride_yn, mask=ok, other=0.0)
+    for k in tl.static_range(TOP_K - SHARED):  # the routed experts, in a fixed order: deterministic
+        acc += tl.load(rows + k * stride_ym, mask=ok, other=0.0)
     out = acc.to(out_ptr.dtype.element_ty)
+    if SHARED:  # the shared expert's row (weight 1), rounded, then added as `out + shared` rounds
+        shared = tl.load(rows + (TOP_K - 1) * stride_ym, mask=ok, other=0.0).to(out_ptr.dtype.element_ty)
+        out = (out.to(tl.float32) + shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
     if ADDS >= 1:  # (out + shared expert) + residual, each sum rounded as the plain ops round it
         out = (out.to(tl.float32) + tl.load(a1_ptr + t * stride_a1 + cols, mask=ok, other=0.0).to(tl.float32)
                ).to(out_ptr.dtype.element_ty)
@@ -244,6 +281,12 @@ def _ksum_kernel(y_ptr, out_ptr, a1_ptr, a2_ptr, H, stride_ym, stride_yn, stride
         out = (out.to(tl.float32) + tl.load(a2_ptr + t * stride_a2 + cols, mask=ok, other=0.0).to(tl.float32)
                ).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + t * stride_ot + cols * stride_oh, out, mask=ok)
+    if NORM:  # the whole row is here (BLOCK_H >= H): the next sublayer's RMSNorm of it, rounded as the model's
+        of = out.to(tl.float32)  # masked columns are 0
+        r = 1.0 / tl.sqrt(tl.sum(of * of, axis=0) / H + eps)
+        w = tl.load(nw_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        normed = (w * (of * r).to(out_ptr.dtype.element_ty).to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(n_ptr + t * stride_n + cols, normed, mask=ok)
 
 
 def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
@@ -260,53 +303,91 @@ def _check(x, w13, w13_scale, w2, w2_scale, ids, weights) -> None:
     assert w2_scale.shape == (E, triton.cdiv(H, GROUP), triton.cdiv(I, GROUP)), "w2_scale shape"
 
 
+def _check_shared(w13: torch.Tensor, w13_scale, shared, ids: torch.Tensor) -> None:
+    E, I2, H = w13.shape
+    assert w13_scale is None, "the shared expert runs in the grouped GEMM with unquantized weights only"
+    s13, s2 = shared
+    assert s13.shape == (I2, H) and s2.shape == (H, I2 // 2) and s13.dtype == s2.dtype == w13.dtype, \
+        f"shared weights (2I, H), (H, I) like one expert's, got {tuple(s13.shape)} {tuple(s2.shape)}"
+    assert ids.shape[1] >= 2, "with a shared expert ids are (T, K + 1), the last column its id E"
+
+
 def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor | None, w2: torch.Tensor,
                    w2_scale: torch.Tensor | None, ids: torch.Tensor, weights: torch.Tensor,
-                   config: MoEConfig | None = None, adds: tuple = ()) -> tuple[torch.Tensor, list[Launch]]:
+                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> tuple[torch.Tensor | tuple, list[Launch]]:
     """The output buffer (T, H) in x.dtype and the launches that fill it (see module doc).
 
     FP8 weights come with their tile scales; unquantized weights (bf16) pass None for both scales.
-    `adds`: up to two (T, H) tensors in x.dtype the k-sum adds to the result, one rounding each."""
+    `adds`: up to two (T, H) tensors in x.dtype the k-sum adds to the result, one rounding each.
+    `shared`: the shared expert's (2I, H) gate|up and (H, I) down weights, run as expert E: then ids and
+    weights are (T, K + 1) with id E, weight 1 in the last column (the router writes them so).
+    `norm`: (weight (H,), eps): the output is (out, RMSNorm(out)), the next sublayer's input made by the k-sum."""
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
+    if shared is not None:
+        _check_shared(w13, w13_scale, shared, ids)
     assert len(adds) <= 2 and all(a.shape == x.shape and a.dtype == x.dtype and a.stride(-1) == 1
                                   for a in adds), "adds: up to two (T, H) tensors like x, unit last stride"
     (T, H), (E, I2, _), K = x.shape, w13.shape, ids.shape[1]
-    I, scaled = I2 // 2, w13_scale is not None
+    I, scaled, n_shared = I2 // 2, w13_scale is not None, int(shared is not None)
     fp32_dot = not scaled and (w13.dtype == torch.float32 or knobs.runtime.interpret)  # see _scaled_dot
-    cfg = config or choose_config(T, H, I, E, K, device_spec(x.device), fp8=scaled)
-    pairs, block_expert, align = plan_sort_by_expert(ids, E, cfg.block_m)  # (P,), (P / BLOCK_M,)
-    P, tiles = pairs.numel(), block_expert.numel()
-    if scaled:
-        a, a_s, quant = plan_quantize_act(x)  # (T, H) fp8, (T, H/G)
-        h = torch.empty(P, I, dtype=FP8, device=x.device)  # (P, I) in padded-row order
-        h_s = torch.empty(P, triton.cdiv(I, GROUP), dtype=torch.float32, device=x.device)  # (P, I/G)
-    else:  # scale pointers are never read: any tensor will do
-        a, a_s, quant = x, x, []
-        h = torch.empty(P, I, dtype=w13.dtype, device=x.device)
-        h_s, w13_scale, w2_scale = h, w13, w2
-    gu = torch.empty(cfg.up_split_k, P, 2 * I, dtype=torch.float32, device=x.device)  # (S, P, 2I)
+    cfg = config or choose_config(T, H, I, E + n_shared, K, device_spec(x.device), fp8=scaled)
+    pairs, block_expert, align = plan_sort_by_expert(ids, E + n_shared, cfg.block_m)  # (P,), (P / BLOCK_M,)
+    act = not scaled and cfg.up_split_k == 1  # silu(gate) * up in the gate/up GEMM's epilogue
+    s13, s2 = shared if shared is not None else (w13[0], w2[0])  # unread without a shared expert
+    a, a_s, quant, h, h_s, w13_scale, w2_scale = _operands(x, w13, w13_scale, w2, w2_scale, pairs.numel())
+    gu = h[None] if act else torch.empty(cfg.up_split_k, pairs.numel(), 2 * I, dtype=torch.float32,
+                                         device=x.device)  # (S, P, 2I), or h itself (1, P, I)
     y = torch.empty(T * K, H, dtype=torch.float32, device=x.device)  # one weighted row per pair
     out = torch.empty(T, H, dtype=x.dtype, device=x.device)
+    tiles = block_expert.numel()
     up = Launch(_up_kernel, (tiles, triton.cdiv(I, cfg.up_n), cfg.up_split_k),
-                (a, a_s, w13, w13_scale, gu, pairs, block_expert, T * K, H, I, *a.stride(), *a_s.stride(),
-                 *w13.stride(), *w13_scale.stride(), *gu.stride()),
+                (a, a_s, w13, w13_scale, s13, gu, pairs, block_expert, T * K, H, I, E, *a.stride(), *a_s.stride(),
+                 *w13.stride(), *w13_scale.stride(), *s13.stride(), *gu.stride()),
                 dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n, SPLIT_K=cfg.up_split_k,
-                     SWAP_AB=cfg.swap_ab, GROUP=GROUP, SCALED=scaled, FP32_DOT=fp32_dot, num_warps=cfg.up_warps,
-                     num_stages=cfg.up_stages))
-    silu = Launch(_silu_kernel, (tiles, triton.cdiv(I, GROUP)),
-                  (gu, h, h_s, pairs, block_expert, T * K, I, *gu.stride(), *h.stride(), *h_s.stride()),
-                  dict(BLOCK_M=cfg.block_m, SPLIT_K=cfg.up_split_k, GROUP=GROUP, QUANT=scaled, FP8_MAX=FP8_MAX,
-                       AMAX_FLOOR=AMAX_FLOOR, num_warps=4))
+                     SWAP_AB=cfg.swap_ab, GROUP=GROUP, SCALED=scaled, FP32_DOT=fp32_dot, SHARED=bool(n_shared),
+                     ACT=act, num_warps=cfg.up_warps, num_stages=cfg.up_stages))
+    silu = [] if act else [Launch(
+        _silu_kernel, (tiles, triton.cdiv(I, GROUP)),
+        (gu, h, h_s, pairs, block_expert, T * K, I, *gu.stride(), *h.stride(), *h_s.stride()),
+        dict(BLOCK_M=cfg.block_m, SPLIT_K=cfg.up_split_k, GROUP=GROUP, QUANT=scaled, FP8_MAX=FP8_MAX,
+             AMAX_FLOOR=AMAX_FLOOR, num_warps=4))]
     down = Launch(_down_kernel, (tiles, triton.cdiv(H, cfg.down_n)),
-                  (h, h_s, w2, w2_scale, y, pairs, block_expert, weights, T * K, H, I, *h.stride(),
-                   *h_s.stride(), *w2.stride(), *w2_scale.stride(), *y.stride(), *weights.stride()),
+                  (h, h_s, w2, w2_scale, s2, y, pairs, block_expert, weights, T * K, H, I, E, *h.stride(),
+                   *h_s.stride(), *w2.stride(), *w2_scale.stride(), *s2.stride(), *y.stride(), *weights.stride()),
                   dict(TOP_K=K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, SWAP_AB=cfg.swap_ab, GROUP=GROUP,
-                       SCALED=scaled, FP32_DOT=fp32_dot, num_warps=cfg.down_warps, num_stages=cfg.down_stages))
-    a1, a2 = (*adds, out, out)[:2]  # unread where there are fewer adds
-    ksum = Launch(_ksum_kernel, (T, triton.cdiv(H, 1024)),
-                  (y, out, a1, a2, H, *y.stride(), *out.stride(), a1.stride(0), a2.stride(0)),
-                  dict(TOP_K=K, ADDS=len(adds), BLOCK_H=1024, num_warps=4))
-    return out, [*align, *quant, up, silu, down, ksum]
+                       SCALED=scaled, FP32_DOT=fp32_dot, SHARED=bool(n_shared), num_warps=cfg.down_warps,
+                       num_stages=cfg.down_stages))
+    ksum, normed = _ksum(y, out, adds, norm, K, n_shared)
+    return (out if norm is None else (out, normed)), [*align, *quant, up, *silu, down, ksum]
+
+
+def _ksum(y: torch.Tensor, out: torch.Tensor, adds: tuple, norm: tuple | None, K: int, shared: int):
+    """The k-sum's launch, and with `norm` = (weight (H,), eps) the RMSNorm of its output it also writes (T, H)."""
+    (T, H), a1, a2 = out.shape, *(*adds, out, out)[:2]  # unread where there are fewer adds
+    nw, eps = norm if norm is not None else (out, 0.0)
+    normed = torch.empty_like(out) if norm is not None else out  # never written without a norm
+    assert norm is None or nw.shape == (H,), f"norm weight must be (H,), got {tuple(nw.shape)}"
+    block = triton.next_power_of_2(H) if norm is not None else 1024  # a norm needs the whole row in one program
+    launch = Launch(_ksum_kernel, (T, triton.cdiv(H, block)),
+                    (y, out, a1, a2, nw, normed, H, float(eps), *y.stride(), *out.stride(), a1.stride(0),
+                     a2.stride(0), normed.stride(0)),
+                    dict(TOP_K=K, SHARED=shared, ADDS=len(adds), NORM=norm is not None, BLOCK_H=block,
+                         num_warps=4 if block <= 2048 else 8))
+    return launch, normed
+
+
+def _operands(x, w13, w13_scale, w2, w2_scale, P: int):
+    """The GEMMs' activation operand and the intermediate h (P, I) in padded-row order: FP8 codes with their
+    scales, or unquantized (then every scale pointer is any tensor: never read)."""
+    I = w2.shape[-1]
+    if w13_scale is not None:
+        a, a_s, quant = plan_quantize_act(x)  # (T, H) fp8, (T, H/G)
+        h = torch.empty(P, I, dtype=FP8, device=x.device)  # (P, I)
+        h_s = torch.empty(P, triton.cdiv(I, GROUP), dtype=torch.float32, device=x.device)  # (P, I/G)
+        return a, a_s, quant, h, h_s, w13_scale, w2_scale
+    h = torch.empty(P, I, dtype=w13.dtype, device=x.device)  # (P, I)
+    return x, x, [], h, h, w13, w2
 
 
 def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
@@ -322,12 +403,14 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                   config: MoEConfig | None = None, adds: tuple = ()) -> torch.Tensor:
-    """Routed experts with unquantized (bf16) weights, the same grouped GEMMs: (T, H) -> (T, H) in x.dtype [+ adds]."""
+                   config: MoEConfig | None = None, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> torch.Tensor | tuple:
+    """Routed experts with unquantized (bf16) weights, the same grouped GEMMs: (T, H) -> (T, H) in x.dtype
+    [+ the shared expert, see `plan_fused_moe`] [+ adds] [, and its RMSNorm with `norm`]."""
     if x.shape[0] == 0:
         _check(x, w13, None, w2, None, ids, weights)
-        return torch.empty_like(x)
-    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config, tuple(adds))
+        return torch.empty_like(x) if norm is None else (torch.empty_like(x), torch.empty_like(x))
+    out, launches = plan_fused_moe(x, w13, None, w2, None, ids, weights, config, tuple(adds), shared, norm)
     run(launches)
     return out
 

@@ -13,7 +13,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..model import Router
 from ..model import apply_rope as rope  # NeoX RoPE on the first R dims: the model's own op is the reference
 
 FP8 = torch.float8_e4m3fn
@@ -104,20 +106,36 @@ def fused_moe_fp8(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w
 
 
 def fused_moe_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor,
-                   weights: torch.Tensor, adds: tuple = ()) -> torch.Tensor:
+                   weights: torch.Tensor, adds: tuple = (), shared: tuple | None = None,
+                   norm: tuple | None = None) -> torch.Tensor | tuple:
     """Routed experts with unquantized weights (the bf16 grouped GEMMs' contract): (T, H) -> (T, H).
 
     Products in fp32, the intermediate h = silu(gate) * up rounded once to the weights' dtype (the
-    kernel stores it so), the weighted sum over the K experts in fp32, then x.dtype."""
+    kernel stores it so), the weighted sum over the K experts in fp32, then x.dtype. `shared`: the
+    shared expert's (2I, H) gate|up and (H, I) down weights, run as one more expert of the same
+    contract; ids and weights are then (T, K + 1), the last column id E with weight 1, and its
+    output is rounded to x.dtype and added to the routed sum (`out + shared` of `llada.model.MoE`).
+    `norm` (weight (H,), eps): -> (out, rms_norm(out)), the next sublayer's input as well."""
+    if norm is not None:
+        out = fused_moe_bf16(x, w13, w2, ids, weights, adds, shared)
+        return out, rms_norm(out, norm[0], norm[1])
+    if shared is not None:
+        routed = fused_moe_bf16(x, w13, w2, ids[:, :-1], weights[:, :-1])
+        own = _expert_bf16(x, shared[0], shared[1]) * weights[:, -1:].float()  # (T, H) fp32
+        return add_all(routed, (own.to(x.dtype), *adds))
     T, H = x.shape
-    I = w2.shape[-1]
     out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
     for e in ids.unique().tolist():
         token, slot = (ids == e).nonzero(as_tuple=True)  # pairs routed to expert e
-        gate, up = (x[token].float() @ w13[e].float().T).split(I, dim=-1)  # (n, I) each
-        h = (F.silu(gate) * up).to(w2.dtype).float()  # (n, I)
-        out.index_add_(0, token, (h @ w2[e].float().T) * weights[token, slot, None].float())
+        out.index_add_(0, token, _expert_bf16(x[token], w13[e], w2[e]) * weights[token, slot, None].float())
     return add_all(out.to(x.dtype), adds)
+
+
+def _expert_bf16(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One unquantized expert on rows x (n, H): w13 (2I, H), w2 (H, I) -> (n, H) fp32."""
+    gate, up = (x.float() @ w13.float().T).chunk(2, dim=-1)  # (n, I) each
+    h = (F.silu(gate) * up).to(w2.dtype).float()  # (n, I), rounded as the kernel stores it
+    return h @ w2.float().T
 
 
 def add_all(out: torch.Tensor, adds) -> torch.Tensor:
@@ -175,6 +193,31 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
     """s = x + residual -> (s, rms_norm(s)): the residual stream and the next sublayer's input."""
     s = x + residual
     return s, rms_norm(s, weight, eps)
+
+
+def route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int, topk_group: int,
+          scale: float, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """`llada.model.Router` as a function: h (T, H) -> ids (T, K) int64, weights (T, K) fp32; shared: one more
+    column, the shared expert's id E with weight 1 (`fused_moe_bf16`'s `shared`)."""
+    router = Router.__new__(Router)
+    nn.Module.__init__(router)
+    router.weight, router.top_k, router.n_group, router.topk_group, router.scale = (weight, top_k, n_group,
+                                                                                   topk_group, scale)
+    router.register_buffer("expert_bias", bias)
+    ids, w = router(h)
+    if shared:
+        ids = torch.cat([ids, ids.new_full((h.shape[0], 1), weight.shape[0])], dim=1)  # (T, K + 1)
+        w = torch.cat([w, w.new_ones(h.shape[0], 1)], dim=1)
+    return ids, w
+
+
+def route_add_norm(h: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                   weight: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int, topk_group: int,
+                   scale: float, shared: bool = False) -> tuple[torch.Tensor, ...]:
+    """The post-attention half of an MoE layer up to the experts: s = residual + h (the residual stream),
+    x = RMSNorm(s) (the experts' input) and the router on x -> (s, x, ids, weights)."""
+    s, x = add_rms_norm(residual, h, norm_weight, eps)
+    return (s, x, *route(x, weight, bias, top_k, n_group, topk_group, scale, shared))
 
 
 def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor,
