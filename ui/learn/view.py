@@ -2,8 +2,10 @@
 
 The view replays a lesson without a model: play / pause (a `gr.Timer`), a step scrubber, *next edit*,
 one line of narration per step (ui/render/narrate.py, computed from the trace) and each run's numbers
-with its answer checked. `build_view(recordings)` creates the components inside the tab, `wire` their
-events.
+with its answer checked. The browser keeps the lesson's replay (`replay_of`: each run's canvas replay and
+the narration's lines per step) and draws a scrubbed step from it at once, as the Playground does
+(ui/render/live.py); the server draws play, ticks and *next edit*. `build_view(recordings)` creates the
+components inside the tab, `wire` their events.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from llada.trace import Trace
 from .. import ASSETS
 from ..frame import PRIVATE, REPLAY, refusing
 from ..render import canvas
-from ..render.live import canvas_script
+from ..render.live import canvas_script, drawn, replay_value, scrub_value, scrubber_script
 from ..render.narrate import narrate, visible
 from ..settings import check_choice, check_step
 from .lessons import Recording, as_recording, learn_text
 
 LEARN_CSS = ASSETS / "learn.css"
 CANVAS_IDS = ("canvas-learn", "canvas-learn-b")  # the first and the second run of a lesson
+NARRATION = "#learn-narration .narration"  # what the browser's scrubber narrates (assets/scrub.js)
 RECORD = "python -m ui.learn.record"  # the command that records the lessons
 SHOW_LESSON = "() => document.querySelector('#canvas-learn-box')?.scrollIntoView({behavior: 'smooth', block: 'start'})"
 STEP_SECONDS = 1.2  # replay speed: one step per this many seconds, slow enough to read the narration
@@ -44,8 +47,7 @@ def narration_html(rec: Recording | None, step: int) -> str:
     if rec is None:
         return f'<div class="narration"><p class="now">No recording yet: run <code>{RECORD}</code>.</p></div>'
     pair = len(rec.runs) > 1
-    now = "".join(f'<p class="now" data-run="{i}">{_who(rec, t, pair)}{escape(narrate(t, step))}</p>'
-                  for i, t in enumerate(rec.runs))
+    now = now_html(rec, step)
     items = []
     for k in range(rec.steps + 1):
         lines = " ".join(f"{_who(rec, t, pair)}{escape(narrate(t, k))}" for t in rec.runs if k <= t.steps)
@@ -53,6 +55,22 @@ def narration_html(rec: Recording | None, step: int) -> str:
         items.append(f'<li value="{k}"{here}>{lines}</li>')
     return (f'<div class="narration" data-step="{step}">{now}<details><summary>every step of this lesson'
             f'</summary><ol start="0">{"".join(items)}</ol></details></div>')
+
+
+def now_html(rec: Recording, step: int) -> str:
+    """The narration's lines of `step`, one per run."""
+    pair = len(rec.runs) > 1
+    return "".join(f'<p class="now" data-run="{i}">{_who(rec, t, pair)}{escape(narrate(t, step))}</p>'
+                   for i, t in enumerate(rec.runs))
+
+
+def replay_of(rec: Recording | None) -> dict | None:
+    """The lesson's replay for the browser's scrubber: each run's canvas replay and the narration's lines of
+    every step (ui/render/live.py `scrub_value`)."""
+    if rec is None:
+        return None
+    lines = {"target": NARRATION, "now": [now_html(rec, k) for k in range(rec.steps + 1)]}
+    return scrub_value(*(replay_value(t, elem_id=e) for t, e in zip(rec.runs, CANVAS_IDS)), narration=lines)
 
 
 def _who(rec: Recording, trace: Trace, pair: bool) -> str:
@@ -129,6 +147,9 @@ def build_view(recordings: dict) -> SimpleNamespace:
                 v.next_edit = gr.Button("next edit ⇥", elem_id="learn-next-edit", size="sm", min_width=80)
             v.step = gr.Slider(0, max(first.steps, 1) if first else 1, value=0, step=1,
                                label="step (the canvases after this many decode steps)", elem_id="learn-step")
+            v.replay = gr.HTML(replay_of(first), html_template="", elem_id="learn-replay", elem_classes=["patcher"],
+                               js_on_load=canvas_script() + scrubber_script("learn-step", "learn"),
+                               apply_default_css=False, container=False, padding=False)
             v.stats = gr.HTML(stats_html(first), elem_id="learn-stats", js_on_load=None, css_template=css)
             v.timer = gr.Timer(STEP_SECONDS, active=False)
         with gr.Column(scale=2, min_width=320):
@@ -137,9 +158,10 @@ def build_view(recordings: dict) -> SimpleNamespace:
 
 
 def frame(rec: Recording | None, step: int) -> tuple[str, str, str]:
-    """Canvas, second canvas and narration of a lesson after `step`."""
+    """Canvas, second canvas and narration of a lesson after `step`, as new frames (the browser may have drawn
+    another step since: ui/render/live.py `drawn`)."""
     a, b = canvases(rec, step)
-    return a, b, narration_html(rec, step)
+    return drawn(a), drawn(b), drawn(narration_html(rec, step))
 
 
 def _stopped() -> gr.Timer:
@@ -161,12 +183,15 @@ def wire(recordings: dict, v: SimpleNamespace) -> None:
         rec = lesson(title)
         steps = rec.steps if rec else 0
         return (caption_html(rec), gr.update(visible=bool(rec and len(rec.runs) > 1)),
-                gr.update(maximum=max(steps, 1), value=0), stats_html(rec), *frame(rec, 0),
+                gr.update(maximum=max(steps, 1), value=0), stats_html(rec), *frame(rec, 0), replay_of(rec),
                 gr.Timer(STEP_SECONDS, active=rec is not None))
 
     @refusing
     def scrub(title, step):
-        return (*frame(lesson(title), check_step(step)), _stopped())
+        """The browser has drawn the step from the lesson's replay; a lesson that plays stops."""
+        lesson(title)
+        check_step(step)
+        return _stopped()
 
     @refusing
     def play(title, step):
@@ -193,9 +218,9 @@ def wire(recordings: dict, v: SimpleNamespace) -> None:
         return (*frame(rec, min(found)), min(found), _stopped())
 
     private = {**PRIVATE, **REPLAY}
-    v.run.change(pick, [v.run], [v.caption, v.column_b, v.step, v.stats, *shown, v.timer], **private)
+    v.run.change(pick, [v.run], [v.caption, v.column_b, v.step, v.stats, *shown, v.replay, v.timer], **private)
     v.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
-    v.step.input(scrub, [v.run, v.step], [*shown, v.timer], trigger_mode="always_last", **private)
+    v.step.input(scrub, [v.run, v.step], v.timer, trigger_mode="always_last", **private)
     v.play.click(play, [v.run, v.step], [*shown, v.step, v.timer], **private)
     v.pause.click(_stopped, None, v.timer, **private)
     v.timer.tick(tick, [v.run, v.step], [*shown, v.step, v.timer], **private)

@@ -3,7 +3,8 @@
 Each mode runs with its own preset, block length included (unless one is given explicitly). Each side
 streams like a playground run (patches of its canvas, a keyframe and the charts now and then); the last
 frame adds the word diff of the two outputs and a one-line verdict (forwards saved, and for a checkable
-prompt whether each answer is right). `compare_step` replays both canvases at a step.
+prompt whether each answer is right) and the pair's replay: the browser draws both canvases at any step
+of the scrubber from it (ui/render/live.py); `compare_step` draws a live pair's step when the hand lets go.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from llada.trace import Trace
 
 from ..frame import Throttle, frame, problem, refusing
 from ..render import canvas, tables
-from ..render.live import LiveCanvas, patch_value
+from ..render.live import LiveCanvas, patch_value, replay_value, scrub_value
 from ..runs import LiveRun, interleave, start_batch
 from ..settings import check_prompt, check_request, check_step, presets_of
 from .run import CANVAS_FPS, CHART_FPS, charts_of
@@ -36,14 +37,17 @@ class CompareFrame(NamedTuple):
     chart_tpf: Any
     chart_steps: Any
     patch: Any
+    replay: Any
     pair: Any
 
 
 CANVAS_IDS = {"S": "canvas-s", "Q": "canvas-q"}
 
 
-def _compare_frame(runs: dict[str, LiveRun], lives: dict[str, LiveCanvas], figures: bool) -> CompareFrame:
-    """A frame while S and Q run: a patch (or keyframe) per canvas, the table, the charts now and then."""
+def _compare_frame(runs: dict[str, LiveRun], lives: dict[str, LiveCanvas], figures: bool,
+                   first: bool = False) -> CompareFrame:
+    """A frame while S and Q run: a patch (or keyframe) per canvas, the table, the charts now and then; the
+    first one drops the last pair's replay from the browser (the server draws a live pair's steps)."""
     traces = {label: run.trace for label, run in runs.items()}
     values = {"error": "", "table": tables.stats_table(list(traces.items())), "pair": traces}
     patches = []
@@ -54,6 +58,8 @@ def _compare_frame(runs: dict[str, LiveRun], lives: dict[str, LiveCanvas], figur
             values[CANVAS_IDS[label].replace("-", "_")] = update.html
         patches.append(update.patch)
     values["patch"] = patch_value(*patches) or gr.skip()
+    if first:
+        values["replay"] = None
     if figures:
         values |= charts_of(list(traces.items()))
     return frame(CompareFrame, **values)
@@ -65,6 +71,7 @@ def _compare_final(traces: dict[str, Trace], error: str = "") -> CompareFrame:
                  canvas_q=canvas.render(traces["Q"], top, elem_id="canvas-q"),
                  step=gr.update(maximum=max(top, 1), value=top), table=tables.stats_table(list(traces.items())),
                  diff=tables.diff_html(traces["S"].text or "", traces["Q"].text or ""), pair=traces,
+                 replay=scrub_value(*(replay_value(traces[side], elem_id=CANVAS_IDS[side]) for side in ("S", "Q"))),
                  verdict=_verdict(traces), **charts_of(list(traces.items())))
 
 
@@ -97,7 +104,7 @@ def compare_ui(models, model_path, prompt, gen_length, mbe=False):
     lives = {label: LiveCanvas(CANVAS_IDS[label]) for label in runs}
     error = ""
     try:
-        yield _compare_frame(runs, lives, False)
+        yield _compare_frame(runs, lives, False, first=True)
         for _ in pair:
             if frames.due():
                 yield _compare_frame(runs, lives, chart_due.due())
@@ -110,7 +117,8 @@ def compare_ui(models, model_path, prompt, gen_length, mbe=False):
 
 @refusing
 def compare_step(traces: dict[str, Trace] | None, step) -> tuple:
+    """Both canvases at `step` of a live pair; a finished pair's the browser has drawn from its replay."""
     k = check_step(step)
-    if not traces:
+    if not traces or all(t.status != "running" for t in traces.values()):
         return gr.skip(), gr.skip()
     return canvas.render(traces["S"], k, elem_id="canvas-s"), canvas.render(traces["Q"], k, elem_id="canvas-q")

@@ -12,7 +12,7 @@ from llada.trace import Trace
 from .. import export
 from ..frame import refusing
 from ..render import canvas
-from ..render.live import drawn, replay_value
+from ..render.live import drawn, replay_value, scrub_value
 from ..settings import check_choice, check_flag, check_step
 
 SPEEDS = ["0.5", "1", "2", "4"]  # the replay speeds offered (times the normal pace)
@@ -27,7 +27,7 @@ def render(trace: Trace | None, step: int, ghost: bool, elem_id: str = "canvas")
 def show_step(trace: Trace | None, step, ghost) -> tuple:
     """The canvas at `step` and the run's replay for the browser (ghost on or off draws other cells)."""
     ghost = check_flag("ghost", ghost)
-    return render(trace, check_step(step), ghost), replay_value(trace, ghost)
+    return render(trace, check_step(step), ghost), scrub_value(replay_value(trace, ghost))
 
 
 @refusing

@@ -23,7 +23,7 @@ from llada.trace import Trace
 from ..frame import Throttle, frame, problem, refusing
 from ..knows import knows, scope_hint
 from ..render import canvas, charts, tables
-from ..render.live import LiveCanvas, patch_value, replay_value
+from ..render.live import LiveCanvas, patch_value, replay_value, scrub_value
 from ..runs import LiveRun, start
 from ..settings import Request, RunSettings, check_flag, check_prompt, check_settings, presets_of
 
@@ -94,7 +94,8 @@ def final_frame(trace: Trace, ghost: bool, error: str = "", hint: str = "", engi
     """The whole view of a finished (or stopped) run: canvas, scrubber, stats, charts, edit log, text, and its
     replay for the browser's scrubber."""
     return frame(RunFrame, error=error, canvas=canvas.render(trace, trace.steps, ghost),
-                 replay=replay_value(trace, ghost), step=gr.update(maximum=max(trace.steps, 1), value=trace.steps),
+                 replay=scrub_value(replay_value(trace, ghost)),
+                 step=gr.update(maximum=max(trace.steps, 1), value=trace.steps),
                  stats=tables.stats_line(trace, engine=engine),
                  edit_log=tables.edit_log(trace), text=trace.text or "", note=tables.output_note(trace, hint),
                  trace=trace,

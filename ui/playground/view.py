@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..render import canvas, tables
-from ..render.live import FOLLOW_JS, PATCHER_JS, SCRUBBER_JS, canvas_script
+from ..render.live import FOLLOW_JS, PATCHER_JS, canvas_script, scrubber_script
 from . import controls
 from .replay import SPEEDS
 
@@ -24,8 +24,8 @@ def _canvas_box(html: str, elem_id: str) -> gr.HTML:
 
 
 def _patcher(elem_id: str, script: str = PATCHER_JS) -> gr.HTML:
-    """Draws nothing: applies the live canvas patches it receives (ui/render/live.py), or with SCRUBBER_JS
-    keeps the finished run's replay for the step scrubber."""
+    """Draws nothing: applies the live canvas patches it receives (ui/render/live.py), or with a
+    `scrubber_script` keeps the finished run's replay for a step scrubber."""
     return gr.HTML(None, html_template="", js_on_load=canvas_script() + script, elem_id=elem_id,
                    elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
 
@@ -35,7 +35,7 @@ def _run_view() -> SimpleNamespace:
     v.stats = gr.Markdown(tables.stats_line(None), elem_id="stats")
     v.canvas = _canvas_box(canvas.render(None, 0), "canvas-box")
     v.patch = _patcher("canvas-patch")
-    v.replay = _patcher("canvas-replay", SCRUBBER_JS)
+    v.replay = _patcher("canvas-replay", scrubber_script("step", "canvas", pause="pause"))
     with gr.Row(equal_height=True):
         v.step = gr.Slider(0, 1, value=0, step=1, label="step (replay: the canvas after this step)", elem_id="step",
                            scale=4)
@@ -82,6 +82,7 @@ def compare_view() -> SimpleNamespace:
                 v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q", hint=COMPARE_HINT % "Q"),
                                          "canvas-q-box")
         v.patch = _patcher("canvas-patch-compare")
+        v.replay = _patcher("canvas-replay-compare", scrubber_script("compare-step", "compare"))
         v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
         v.diff = gr.HTML("", elem_id="diff")
         with gr.Row():

@@ -97,7 +97,7 @@ def _wire_run(models: Models, c: SimpleNamespace, v: SimpleNamespace, trace, exa
 
 
 def _wire_replay(c: SimpleNamespace, v: SimpleNamespace, trace) -> None:
-    # a finished run's steps are drawn by the browser as the scrubber moves (ui/render/live.py SCRUBBER_JS);
+    # a finished run's steps are drawn by the browser as the scrubber moves (ui/render/live.py scrubber_script);
     # the server hears of it once the hand lets go (a live run's step is drawn then; a replay stops)
     v.step.release(replay.scrub, [trace, v.step, c.ghost], [v.canvas, v.timer], trigger_mode="always_last",
                    **PRIVATE, **REPLAY)
@@ -119,12 +119,15 @@ def _wire_compare(models: Models, c: SimpleNamespace, v: SimpleNamespace, error,
         yield from compare.compare_ui(models, **named.values(data))
 
     parts = {"error": error, "canvas_s": v.canvas_s, "canvas_q": v.canvas_q, "step": v.step, "table": v.table,
-             "diff": v.diff, "verdict": v.verdict, "patch": v.patch, "pair": pair} | dict(zip(CHARTS, v.charts))
+             "diff": v.diff, "verdict": v.verdict, "patch": v.patch, "replay": v.replay,
+             "pair": pair} | dict(zip(CHARTS, v.charts))
     outputs = _outputs(compare.CompareFrame, parts)
     c.compare.click(None, js=SHOW_COMPARE)  # the comparison sits below the run: bring it into view
     c.compare.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
-    v.step.input(compare.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
-                 **PRIVATE, **REPLAY)
+    # a finished pair's steps are drawn by the browser as the scrubber moves (ui/render/live.py), a live pair's
+    # by the server once the hand lets go
+    v.step.release(compare.compare_step, [pair, v.step], [v.canvas_s, v.canvas_q], trigger_mode="always_last",
+                   **PRIVATE, **REPLAY)
 
 
 def wire_api(models: Models, a: SimpleNamespace, trace) -> None:

@@ -11,12 +11,14 @@ applies each patch to the canvas whose id the patch names.
 
 Scrubbing a finished run needs no server: with its last frame the browser gets the run's replay
 (`replay_value`: the canvas at step 0 and one patch per step, as an exported replay holds them), and the
-step scrubber's own input events draw any step from it at once (`SCRUBBER_JS`, `lladaCanvas.show`).
+step scrubber's own input events draw any step from it at once (`scrubber_script`, assets/scrub.js). The
+Playground's run, the S vs Q pair and a Learn lesson (its narration too, `scrub_value`) share this.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from dataclasses import dataclass
 
@@ -58,6 +60,15 @@ def patch_value(*patches: dict | None) -> dict | None:
     return {"patches": found} if found else None
 
 
+def scrub_value(*replays: dict | None, narration: dict | None = None) -> dict | None:
+    """What a scrubber draws from: {"replays": the replay of each canvas it moves (`replay_value`; None: that
+    canvas stays as it is), "narration": {"target": a CSS selector, "now": its current lines at each step} or
+    absent}; None when no canvas has a replay (a live run: the server draws)."""
+    if not any(replays):
+        return None
+    return {"replays": list(replays)} | ({"narration": narration} if narration else {})
+
+
 def replay_value(trace: Trace | None, ghost: bool = False, elem_id: str = "canvas") -> dict | None:
     """A finished run's replay for the browser: {"id", "target", "steps", "first": canvas at step 0,
     "patches": [the patch of step k, for k = 1..steps]}; None while the run goes on (the server draws then)."""
@@ -72,9 +83,10 @@ _FRAMES = itertools.count()
 
 
 def drawn(html: str) -> str:
-    """A canvas the server draws over one the browser may have drawn since (from a replay, as the scrubber
-    moved): marked as a new frame, since a component redraws only a value that differs from its last one."""
-    return html.replace('class="canvas', f'data-frame="{next(_FRAMES)}" class="canvas', 1)
+    """A canvas (or a narration) the server draws over one the browser may have drawn since (from a replay, as
+    the scrubber moved): its first element marked as a new frame, since a component redraws only a value that
+    differs from its last one."""
+    return html.replace("<div ", f'<div data-frame="{next(_FRAMES)}" ', 1)
 
 
 def canvas_script() -> str:
@@ -97,25 +109,13 @@ FOLLOW_JS = """
 watch('value', () => window.lladaCanvas.follow(element.querySelector('.canvas')));
 """
 
-# the replay of the run on screen; the scrubber `#step` draws its steps from it as it moves (no server), and a
-# hand on the scrubber (a press, a key) pauses a replay in progress (#pause) once the step is drawn
-SCRUBBER_JS = """
-window.lladaReplays = window.lladaReplays || {};
-watch('value', () => { window.lladaReplays.canvas = props.value && props.value.first ? props.value : null; });
-if (!window.lladaScrubber) {
-  window.lladaScrubber = true;
-  document.addEventListener('input', (e) => {
-    const box = e.target.closest && e.target.closest('#step');
-    const replay = window.lladaReplays.canvas;
-    if (!box || !replay || e.target.value === '') return;
-    window.lladaCanvas.show(document.getElementById(replay.target), replay, Number(e.target.value));
-  }, true);
-  const pause = (e) => {
-    if (e.target.closest && e.target.closest('#step')) {
-      requestAnimationFrame(() => setTimeout(() => document.getElementById('pause')?.click(), 0));
-    }
-  };
-  document.addEventListener('pointerdown', pause, true);
-  document.addEventListener('keydown', pause, true);
-}
-"""
+
+def scrubber_script(slider: str, name: str, pause: str | None = None) -> str:
+    """The script of a scrubber's replay holder (a `gr.HTML` that draws nothing, loaded after `canvas_script`):
+    assets/scrub.js, then the scrubber `#slider` bound to the value the holder receives (`scrub_value`, kept
+    as `window.lladaReplays[name]`); a press on the scrubber clicks `#pause` when given (a replay in progress
+    stops once the step is drawn)."""
+    bind = f"window.lladaScrub.bind({json.dumps(slider)}, {json.dumps(name)}, {json.dumps(pause)});"
+    keep = (f"window.lladaScrub.keep({json.dumps(name)}, props.value);\n"
+            f"watch('value', () => window.lladaScrub.keep({json.dumps(name)}, props.value));")
+    return "\n".join(("", (ASSETS / "scrub.js").read_text(encoding="utf-8"), bind, keep))
