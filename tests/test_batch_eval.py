@@ -94,10 +94,36 @@ def test_an_evaluations_forwards_stay_full_across_tasks_and_modes(tiny_model_dir
     longest = max(pipe.generate(pipe.encode(it.prompt), cfg).forwards
                   for cfg in cfgs for task in ("add", "sort") for it in eval_items(task, 5, 0, "eval"))
     warm_up = pipe.generate(pipe.encode("1+1="), harness.mode_config(pipe, "S", 16)).forwards
-    calls = _rows_per_forward(pipe, monkeypatch)
+    calls = _rows_per_step(monkeypatch)  # rows served: the memo leaves the model fewer to compute
     report = harness.evaluate(pipe, ["add", "sort"], n=5, seed=0, modes=["S", "Q"], gen_length=16, progress=False,
                               batch=3)
     assert set(report["modes"]) == {"S", "Q"}
     decodes = calls[warm_up:]
     assert sum(decodes) > 3 * longest
     assert all(n == 3 for n in decodes[:len(decodes) - longest]), decodes
+
+
+def test_an_evaluation_with_its_memo_reports_what_one_without_it_does(tiny_model_dir, monkeypatch):
+    """Item by item with the forward memo, or mode by mode without it (the order before the memo): the same
+    report but TPS, and the model computes fewer rows than the decodes are served."""
+    from llada.eval import batched
+
+    pipe = Pipeline.load(tiny_model_dir)
+    modes, tasks = ["S", "Q", "M2T", "S_noedit", "S_MBE"], ["add", "sort"]
+    computed = _rows_per_forward(pipe, monkeypatch)
+    served = _rows_per_step(monkeypatch)
+    with_memo = harness.evaluate(pipe, tasks, n=4, seed=0, modes=modes, gen_length=16, progress=False, batch=6)
+    memo_rows = (sum(computed), sum(served))
+    computed.clear(), served.clear()
+    monkeypatch.setattr(harness, "item_major", lambda items, modes: [
+        (mode, task, item) for mode in modes for task, task_items in items.items() for item in task_items])
+    monkeypatch.setattr(harness, "decode_texts", lambda *a, **k: batched.decode_texts(*a, **k, memo_bytes=0))
+    without = harness.evaluate(pipe, tasks, n=4, seed=0, modes=modes, gen_length=16, progress=False, batch=6)
+    assert _strip(with_memo["modes"]) == _strip(without["modes"])
+    assert sum(computed) == sum(served) == memo_rows[1] and memo_rows[0] < memo_rows[1], (memo_rows, sum(served))
+
+
+def test_an_evaluation_queues_an_items_modes_side_by_side():
+    items = {"add": ["a0", "a1"], "sort": ["s0"]}
+    assert harness.item_major(items, ["S", "Q"]) == [("S", "add", "a0"), ("Q", "add", "a0"), ("S", "add", "a1"),
+                                                     ("Q", "add", "a1"), ("S", "sort", "s0"), ("Q", "sort", "s0")]

@@ -67,7 +67,7 @@ def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = Non
 
     modes = modes or list(MODES)
     cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in modes}
-    jobs = [(mode, item) for mode in modes for item in items]  # every mode's items in one batch
+    jobs = [(mode, item) for item in items for mode in modes]  # one batch; an item's modes side by side (memo)
     bar = tqdm(total=len(jobs), desc="eval code", file=sys.stderr, disable=not progress)
     runs = decode_texts(pipe, [it.prompt for _, it in jobs], [cfgs[mode] for mode, _ in jobs], batch,
                         progress=bar.update)

@@ -12,8 +12,8 @@ For each mode the same items are decoded through `Pipeline.generate` (the one de
     S_MBE     S with Multi-Block Editing: finished blocks stay editable while the next one decodes
 
 Task track (`tasks`): per task and overall, accuracy (exact match of the answer text), TPF (generated
-tokens / all forwards, cache refreshes included), TPS (generated tokens / generation seconds) and
-edits per 100 generated tokens (T2T and MBE edits). Code track (`codetrack`, `--code-n`): held-out
+tokens / all forwards, cache refreshes included), TPS (generated tokens / generation seconds, see
+`TPS_HELP`) and edits per 100 generated tokens (T2T and MBE edits). Code track (`codetrack`, `--code-n`): held-out
 functions completed from signature + docstring, scored by `ast.parse` and by the names they read.
 Both report `mbe_runs`: the share of runs that crossed a block boundary in which MBE edited an
 earlier block. Every run stops at the first finished block holding EOS (`eos_early_stop`).
@@ -32,6 +32,12 @@ from ..presets import tau_text
 from .batched import BATCH, decode_texts
 from .tally import MODES, ModeReport, Tally, mode_config, run_tally
 from ..data.tasks import TASKS, Item, eval_items
+
+TPS_HELP = ("TPS: generated tokens per second of the whole evaluation's wall time. All items of all modes "
+            "decode in one batch, an item's modes side by side, and a forward memo answers a row whose inputs an "
+            "earlier row had: each forward's engine time is shared among the rows that used it, so a mode's "
+            "seconds are its share of that time, not the time of the mode decoding alone. Accuracy, TPF and "
+            "edits do not depend on the batch or the memo.")
 
 CODE_PROMPTS = ("def fibonacci(n):\n", "def is_prime(n):\n", "def reverse_words(text):\n",
                 "def read_config(path):\n", "def mean(values):\n")
@@ -55,7 +61,7 @@ def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None 
     items = {task: eval_items(task, n, seed, split) for task in tasks}
     pipe.generate(pipe.encode("1+1="), mode_config(pipe, "S", gen_length))  # warm-up, not timed
     cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in modes}
-    jobs = [(mode, task, item) for mode in modes for task, task_items in items.items() for item in task_items]
+    jobs = item_major(items, modes)
     bar = tqdm(total=len(jobs), desc="eval tasks", file=sys.stderr, disable=not progress)
     runs = decode_texts(pipe, [item.prompt for _, _, item in jobs], [cfgs[mode] for mode, _, _ in jobs], batch,
                         progress=bar.update)
@@ -65,6 +71,12 @@ def evaluate(pipe, tasks: list[str], n: int, seed: int, modes: list[str] | None 
         tally = reports[mode].tasks.setdefault(task, Tally())
         tally.add(replace(run_tally(result, cfgs[mode], correct=int(item.check(text))), seconds=seconds))
     return {"model": pipe.name, "seed": seed, "n": n, "modes": {mode: r.to_dict() for mode, r in reports.items()}}
+
+
+def item_major(items: dict[str, list[Item]], modes: list[str]) -> list[tuple[str, str, Item]]:
+    """(mode, task, item) of every decode, item by item, an item's modes side by side: they ask mostly for
+    the same forwards, which the decode's forward memo then answers while they are still held."""
+    return [(mode, task, item) for task, task_items in items.items() for item in task_items for mode in modes]
 
 
 def format_table(report: dict) -> str:
@@ -92,7 +104,8 @@ def code_samples(pipe, prompts=CODE_PROMPTS, mode: str = "S", gen_length: int = 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m llada.eval", description="Accuracy | TPF of every decoding mode.")
+    ap = argparse.ArgumentParser(prog="python -m llada.eval", description="Accuracy | TPF of every decoding mode.",
+                                 epilog=TPS_HELP)
     ap.add_argument("--model", default="assets/model", help="model directory")
     ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
