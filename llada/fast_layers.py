@@ -24,6 +24,7 @@ from torch import nn
 
 from . import kernels
 from .kernels.fused_norm import FusedRMSNorm, FusedSwiGLU
+from .kernels.reference import add_rms_norm, rel_rmse
 from .model import Experts, Layer, LLaDA2MoE, MoE
 from .quantize import FusedRouter
 
@@ -132,6 +133,19 @@ class FusedLayer(Layer):
         out, ahead = self.mlp.forward_add_norm(x, h, self.post_attention_layernorm, next_norm)
         handoff.put(out, ahead, next_norm)
         return out
+
+    @torch.no_grad()
+    def moe_error(self, x: torch.Tensor, h: torch.Tensor) -> float:
+        """How far this layer's fused MoE half is from the plain modules, from the residual x and the
+        attention's output h (M, H) each (`llada.engine.self_check`): the worse relative RMSE of the norm the
+        router made and of the experts' sum (routed + shared, on the routing the fused router chose). The
+        residual add is left out: in bf16 it rounds a small MoE output away."""
+        norm, moe = self.post_attention_layernorm, self.mlp
+        ids, w, _, normed = moe.gate(h, shared=True, residual=x, norm=norm)  # (M, K + 1) x2, (M, H)
+        out = moe._experts(normed, ids, w, ())  # (M, H): routed + shared
+        _, ref_normed = add_rms_norm(x, h, norm.weight, norm.eps)
+        ref = moe.experts.reference()(ref_normed, ids[:, :-1], w[:, :-1]) + moe.shared_experts.plain()(ref_normed)
+        return max(rel_rmse(normed, ref_normed), rel_rmse(out, ref))
 
     def plain(self) -> Layer:
         layer = Layer.__new__(Layer)

@@ -76,8 +76,9 @@ def test_fast_engine_passes_its_self_check_and_decodes_the_golden_trace(model, g
     assert run.block_states_before_each_forward() == case["block_states_before_each_forward"]
 
 
-def _wrong(x, w13, w2, ids, weights, impl="auto", adds=()):
-    return kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds) * 1.5  # a planted scale bug
+def _wrong(x, w13, w2, ids, weights, impl="auto", adds=(), shared=None, norm=None):
+    out = kernels.reference.fused_moe_bf16(x, w13, w2, ids, weights, adds, shared) * 1.5  # a planted scale bug
+    return out if norm is None else (out, kernels.reference.rms_norm(out, *norm))
 
 
 def _broken(*args, **kwargs):

@@ -86,3 +86,16 @@ def test_the_router_module_still_runs_and_hooks_see_its_ids(model):
     (ids,) = seen
     E, K = model.config.num_experts, model.config.num_experts_per_tok
     assert ids.shape == (5, K + 1) and (ids[:, -1] == E).all() and (ids[:, :-1] < E).all()
+
+
+def test_the_layer_check_sees_a_shared_expert_left_out(model, monkeypatch):
+    from llada.engine import LAYER_TOLERANCE
+
+    g = torch.Generator().manual_seed(1)
+    x, h = (torch.randn(32, model.config.hidden_size, generator=g).to(model.dtype) for _ in range(2))  # (M, H)
+    layer = model.layers[1]
+    assert layer.moe_error(x, h) < LAYER_TOLERANCE
+    real = kernels.fused_moe_bf16
+    monkeypatch.setattr(kernels, "fused_moe_bf16",  # the shared expert's down weight read as zeros
+                        lambda *a, shared=None, **kw: real(*a, shared=(shared[0], torch.zeros_like(shared[1])), **kw))
+    assert layer.moe_error(x, h) > LAYER_TOLERANCE

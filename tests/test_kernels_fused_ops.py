@@ -13,7 +13,8 @@ import torch
 from llada import kernels
 from llada.kernels import reference
 from llada.norm_rope import rope_cos_sin, rope_table
-from test_kernels_poison import DEVICE, POISONS, bounds, case, poisoned  # noqa: F401  (bounds: the autouse net)
+from test_kernels_poison import (DEVICE, POISONS, bounds, case, poisoned,  # noqa: F401  (the autouse nets)
+                                 unwritten_reads_as_poison)
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 EPS = 1e-6

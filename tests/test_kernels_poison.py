@@ -1,8 +1,10 @@
 """Out-of-bounds reads fail loudly: every kernel input is a view into a buffer poisoned past its ends.
 
-Two nets. Under Triton's CPU interpreter every unmasked load and store is also checked address by
+Three nets. Under Triton's CPU interpreter every unmasked load and store is also checked address by
 address against the elements of the launch's tensor arguments (views, not their buffers): a read of
-a poisoned pad fails even where the value read would be multiplied by a masked zero (`bounds`).
+a poisoned pad fails even where the value read would be multiplied by a masked zero (`bounds`). And
+memory no kernel wrote reads as NaN (`unwritten_reads_as_poison`): a read past the columns an earlier
+launch wrote, but inside its buffer (the down GEMM's h past I), passes the address check.
 
 A tile that reads one element past a row, a column or an expert without its mask usually goes
 unnoticed: the element read is a neighbour's value (or zero-padded garbage) and it meets a masked
@@ -64,6 +66,17 @@ def bounds(monkeypatch):
     monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_store",
                         checked(interp.InterpreterBuilder.create_masked_store))
     yield
+
+
+@pytest.fixture(autouse=True)
+def unwritten_reads_as_poison():
+    """Memory no kernel wrote (`torch.empty`: the intermediate buffers between launches) reads as NaN, or as
+    the largest integer: a kernel that reads past what the launch before it wrote (inside the same buffer,
+    where the address check sees nothing wrong) poisons its output."""
+    was = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # with it, torch.empty fills (fill_uninitialized_memory)
+    yield
+    torch.use_deterministic_algorithms(was[0], warn_only=was[1])
 
 
 def element_addresses(t: torch.Tensor) -> np.ndarray:

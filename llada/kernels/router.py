@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
 from .launch import Launch, run
 
@@ -173,7 +174,9 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
     normed = tuple(torch.empty(T, H, dtype=h.dtype, device=h.device) for _ in range(2 if norm else 0))  # s, x
     assert norm is None or (res.shape == h.shape and res.dtype == h.dtype and nw.shape == (H,)
                             and h.stride(-1) == res.stride(-1) == 1), "norm: residual (T, H) like h, weight (H,)"
-    low = h.dtype == weight.dtype and h.dtype in (torch.bfloat16, torch.float16)
+    # bf16 tensor-core products on a GPU; widened to fp32 (exact) under Triton's CPU interpreter, whose bf16
+    # dots are wrong (as `fused_moe._scaled_dot`'s FP32_DOT)
+    low = h.dtype == weight.dtype and h.dtype in (torch.bfloat16, torch.float16) and not knobs.runtime.interpret
     g_p2 = triton.next_power_of_2(n_group)
     s_p2 = max(triton.next_power_of_2(E // n_group), 16 // g_p2)  # at least 16 slots: tl.dot's smallest N
     s_out, n_out = normed or (h, h)  # never written without a norm
