@@ -57,9 +57,22 @@ window.lladaCanvas = window.lladaCanvas || (function () {
       root.replaceWith(fresh);
       root = fresh;
     }
-    for (let s = Number(root.dataset.step); s < k; s++) redraw(root, replay.patches[s]);
+    const from = Number(root.dataset.step);
+    if (from < k) redraw(root, merged(replay.patches.slice(from, k)));
     follow(root);
     return root;
+  }
+
+  // consecutive patches as one: each block and cell as the last of them draws it (every patch holds each cell
+  // that changed at its step, so the last write of a cell is its state at the last step), the last header
+  function merged(patches) {
+    const last = patches[patches.length - 1];
+    const blocks = new Map(), cells = new Map();
+    for (const patch of patches) {
+      for (const [b, cls] of patch.blocks) blocks.set(b, cls);
+      for (const [pos, html] of patch.cells) cells.set(pos, html);
+    }
+    return Object.assign({}, last, { blocks: Array.from(blocks), cells: Array.from(cells) });
   }
 
   return { apply: apply, follow: follow, show: show };

@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
             scrubber = TABS[args.tab](page)
             run_s = time.perf_counter() - t
             quiet(page)
-            result = measure(page, scrubber, args.scrubs) | {"tab": args.tab, "run_s": round(run_s, 1)}
+            result = measure(page, scrubber, args.scrubs) | {"tab": args.tab, "shows": scrubber.shows,
+                                                              "run_s": round(run_s, 1)}
             browser.close()
     finally:
         if server is not None:
