@@ -105,6 +105,17 @@ def test_every_ui_event_refuses_what_no_widget_sends(app, capfd):
     print(f"\n{told} malformed UI-event calls, each refused with a message naming its input")
 
 
+@pytest.mark.parametrize("bad", [99, -1, NAN, INF, "0", None, 1.5, True, [0]])
+def test_an_example_index_refusal_names_the_real_range(bad):
+    from ui.playground import controls
+    from ui.settings import InputError
+
+    last = len(controls.examples()) - 1
+    with pytest.raises(InputError, match=f"example index must be a whole number from 0 to {last}, got"):
+        controls.example_values(bad)
+    assert controls.example_values(last)
+
+
 def _run_inputs(**bad) -> dict:
     good = {"prompt": "def add(a, b):", "mode": "Custom", "tau-mask": 0.5, "edit-on": True, "tau-edit": 0.5,
             "mbe": False, "mbe-window": 1, "block-length": 8, "gen-length": 16, "max-post-steps": 4,

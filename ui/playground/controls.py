@@ -90,9 +90,12 @@ def example_list(c: SimpleNamespace) -> gr.Dataset:
 def example_values(index) -> tuple:
     """The inputs an example sets (EXAMPLE_INPUTS), by its index; InputError for an index that is none."""
     items = examples()
-    k = check_step(index, "example index")
-    if k >= len(items):
-        raise InputError(f"example index must be from 0 to {len(items) - 1}, got {index!r}")
+    try:
+        k = check_step(index, "example index")
+    except InputError:
+        k = -1
+    if not 0 <= k < len(items):  # the message gives the real range, never the scrubbers' generic bound
+        raise InputError(f"example index must be a whole number from 0 to {len(items) - 1}, got {index!r}")
     return tuple(items[k][name] for name in EXAMPLE_INPUTS)
 
 
