@@ -16,6 +16,7 @@ Screenshots go to tests/artifacts/phone-*.png (not versioned).
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 from ui_helpers import shipped_app
@@ -83,12 +84,20 @@ def run_example(page, label: str = EXAMPLE) -> None:
 
 
 def after(page, selector: str) -> str:
-    """The text a panel's ::after hint shows ('' when none)."""
-    return page.evaluate(f"""() => {{
+    """The text a panel's ::after hint shows, once it shows one ('' when none within WAIT).
+
+    Waits for the hint rather than reading the first frame: on a loaded machine a panel and its
+    stylesheet may not be drawn yet when the prompt box already is."""
+    read = f"""() => {{
         const e = document.querySelector({selector!r});
         const c = e ? getComputedStyle(e, '::after').content : 'none';
         return c === 'none' || c === 'normal' ? '' : c;
-    }}""")
+    }}"""
+    try:
+        page.wait_for_function(f"({read})() !== ''", timeout=WAIT)
+    except PlaywrightTimeout:
+        return ""
+    return page.evaluate(read)
 
 
 def unreadable_columns(page, elem_id: str, names: list[str]) -> list[str]:
