@@ -63,7 +63,8 @@ EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of di
     ("import os\n\ndef list_files(path):\n    \"\"\"Return the files under path.\"\"\"\n", "Q", {"gen_length": 40}),
     ("def reverse(s):", "S", {"use_cache": False}),
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
-    ("def halve(rengrihol):\n", "S", {"mbe": True, "block_length": 8}),  # an MBE edit repairs block 1 (Learn's lesson 4)
+    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),  # an MBE edit repairs block 1 (Learn's lesson 4)
+    ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
 ]
 
 

@@ -68,8 +68,8 @@ class Lesson:
 
 
 ZELMIVO = ("def cube(zelmivo):\n", "    return zelmivo * zelmivo * zelmivo\n")
-# candidates of `python -m ui.learn.lesson_search --n 20 --seed 0` on the shipped model (S vs Q: a held-out
-# rename item, seed 1, where S is wrong and Q right; MBE: blocks of 8, the window of 1)
+# candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` on the shipped model (S vs Q: `--n 250`, a
+# held-out rename item where S is wrong and Q right; MBE: blocks of 16, the window of 1)
 LESSONS = (
     Lesson("draft", "1 · Drafting in parallel",
            "S drafts every mask whose p passes τ_mask 0.5: the whole function body appears in one forward, "
@@ -79,14 +79,14 @@ LESSONS = (
            "draft and edits that token.", "def cube(jozelnim):\n", "    return jozelnim * jozelnim * jozelnim\n",
            (RunSpec("S"),)),
     Lesson("modes", "3 · S vs Q on one prompt",
-           "S drafts whatever passes τ_mask 0.5 and garbles the name; Q waits for surer tokens (τ_mask 0.7), "
-           "needs more forwards, and gets it right.",
-           "def inc(nimpa):\n", "    nimpa = nimpa + 1\n    return nimpa\n", (RunSpec("S"), RunSpec("Q"))),
+           "S drafts whatever passes τ_mask 0.5 and garbles the name (`bibat`); Q waits for surer tokens (τ_mask 0.7), "
+           "needs one forward more, and gets it right.",
+           "def inc(mibat):\n", "    mibat = mibat + 1\n    return mibat\n", (RunSpec("S"), RunSpec("Q"))),
     Lesson("mbe", "4 · MBE repairs an earlier block",
-           "In blocks of 8, without and with MBE: in both runs a T2T edit turns a space of block 1 into a second "
-           "`//`; only with MBE does that finished block stay editable while block 2 decodes, and the edit is undone.",
-           "def halve(rengrihol):\n", "    return rengrihol // 2\n",
-           (RunSpec("S", block_length=8), RunSpec("S", mbe=True, block_length=8))),
+           "In blocks of 16, without and with MBE: block 1 is finished with the name drafted as `paabvo`; only with "
+           "MBE does that finished block stay editable while block 2 decodes, and an MBE edit restores `pabatvo`.",
+           "def is_zero(pabatvo):\n", "    return pabatvo == 0\n",
+           (RunSpec("S", block_length=16), RunSpec("S", mbe=True, block_length=16))),
     Lesson("baseline", "5 · M2T only: no editing",
            "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in more forwards, "
            "and a token once written never changes.", *ZELMIVO, (RunSpec("M2T only"),)),
