@@ -1,0 +1,75 @@
+"""The playground's examples (assets/examples.json) say what each run shows; on the shipped model it does.
+
+Each label makes a claim about one run of the embedded model (a body drafted in one forward, a name
+edited in the next, ...). The claims are checked here on runs made through the playground's own path, so
+a re-trained model that no longer shows them fails this test until the examples are chosen again
+(`python -m ui.learn.lesson_search` finds candidates)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llada.pipeline import Pipeline
+from ui.learn.record import RunSpec, run_trace
+from ui.models import DEFAULT_MODEL
+from ui.playground.controls import examples
+
+
+def _decodes(trace):
+    return [r for r in trace.records if r.kind == "decode"]
+
+
+def _one_forward_drafts_all(trace) -> bool:
+    """Every answer token was drafted by the first decode forward and none changed afterwards."""
+    first = _decodes(trace)[0]
+    drafted = {c.pos for c in first.drafts}
+    answer = range(len(trace.prompt_ids), len(trace.prompt_ids) + len(trace.output_ids))
+    return set(answer) <= drafted and trace.edits == 0 and trace.mbe_edits == 0
+
+
+def _edited_in_second(trace) -> bool:
+    steps = _decodes(trace)
+    return not steps[0].edits and bool(steps[1].edits) and trace.edits == 1
+
+
+def _one_position_edited_twice(trace) -> bool:
+    positions = [c.pos for r in _decodes(trace) for c in r.edits]
+    return any(positions.count(p) == 2 for p in positions)
+
+
+CLAIMS = {  # label prefix -> (the check of what the label says, the answer the run writes)
+    "Code (S)": (_one_forward_drafts_all, "    return zelmivo * zelmivo * zelmivo\n"),
+    "Edit (S)": (_edited_in_second, "    return jozelnim * jozelnim * jozelnim\n"),
+    "Addition (S)": (_one_forward_drafts_all, "947"),
+    "Careful (Q)": (_one_position_edited_twice, "    nimpa = nimpa + 1\n    return nimpa\n"),
+    "MBE (S, blocks of 16)": (lambda t: t.mbe_edits >= 1, "    return pabatvo == 0\n"),
+    "Sorting digits (S)": (lambda t: t.num_decode_forwards == 2, "13479"),
+    "Reversing words (S)": (lambda t: t.num_decode_forwards == 2, " door snow tree sun"),
+}
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline.load(DEFAULT_MODEL)
+
+
+def _claim(label: str):
+    found = [claim for prefix, claim in CLAIMS.items() if label.startswith(prefix)]
+    assert len(found) == 1, f"no claim written for the example {label!r}: add one to CLAIMS"
+    return found[0]
+
+
+@pytest.mark.parametrize("example", examples(), ids=lambda e: e["label"].split(":")[0])
+def test_the_example_shows_what_its_label_says(pipe, example):
+    check, answer = _claim(example["label"])
+    spec = RunSpec(example["mode"], mbe=example["mbe"], block_length=example["block_length"])
+    trace = run_trace(pipe, example["prompt"], spec, example["gen_length"])
+    text = pipe.decode_text(trace.output_ids)
+    assert text == answer, f"{example['label']!r}: the run wrote {text!r}"
+    assert check(trace), f"{example['label']!r} is not what the run shows: {[r.to_dict() for r in _decodes(trace)]}"
+
+
+def test_a_check_fails_on_a_run_that_does_not_show_it(pipe):
+    """The checks can fail: lesson 1's prompt in M2T only takes more forwards and shows no edit."""
+    trace = run_trace(pipe, "def cube(jozelnim):\n", RunSpec("M2T only"), 32)
+    assert not _edited_in_second(trace) and not _one_position_edited_twice(trace)
