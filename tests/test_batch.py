@@ -86,6 +86,23 @@ def test_embedded_model_mixed_batch_is_bit_exact(embedded, dtype, max_batch):
     assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {8, 16, 32}
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_embedded_model_mixed_batch_is_bit_exact_on_two_threads(embedded, dtype):
+    """With more than one thread the products run as batches of tiles (`llada.row_exact`), as the app and
+    `llada.bench batch` run them, not as the one-thread plain product the other tests use."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    model = embedded.model.to(dtype)
+    try:
+        prompts = [embedded.encode(text) for text, _, _ in EMBEDDED_ROWS]
+        cfgs = [embedded.config(mode, **({"gen_length": 64} | kw)) for _, mode, kw in EMBEDDED_ROWS]
+        alone = _assert_batch_equals_alone(model, prompts, cfgs, embedded.mask_id, embedded.eos_id, 3)
+    finally:
+        torch.set_num_threads(threads)
+        embedded.model.to(torch.float32)
+    assert sum(t.mbe_edits for t in alone) > 0 and sum(t.edits for t in alone) > 0
+
+
 def test_forward_rows_gives_each_row_its_lone_logits_and_cache(ref_model):
     """Windows of different lengths and positions over their own caches: one call equals one call per row."""
     torch.manual_seed(0)
