@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
+from .batch import EMBEDDED
 from .timing import device_info, sync
-
-EMBEDDED = Path(__file__).resolve().parents[2] / "assets" / "model"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
