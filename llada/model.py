@@ -17,10 +17,10 @@ so that a decode step only runs the active window.
 
 `forward_rows` runs several sequences (rows) in one forward, each with its own window, positions,
 attention mask and KV cache. It is *row-exact*: a row's logits are bit for bit those it gets alone.
-Token-wise work runs on all rows' tokens at once, padded to whole tiles of `TILE` tokens, and every
-matrix product runs on whole tiles (`llada.row_exact`): a BLAS picks its kernel, and so the order of
-its sums, by the shape of a product, so a product over any number of rows would round a row
-differently than its own. Attention runs per row with the shapes of a lone run.
+Token-wise work runs on all rows' tokens at once, and every matrix product runs on rows padded the
+row-exact way (`llada.row_exact.padded_rows`): a BLAS picks its kernel, and so the order of its sums,
+by the shape of a product, so a product over an arbitrary number of rows could round a row differently
+than its own. Attention runs per group of alike rows, each (row, KV head) with the shapes of a lone run.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
-from .row_exact import (TILE, linear, project, row_exact, row_exact_on, tile_product,  # noqa: F401
-                        tiled_linear, tiled_matmul, transposed)
+from .row_exact import (TILE, linear, padded_rows, project, row_exact, row_exact_on,  # noqa: F401
+                        tile_product, tiled_linear, tiled_matmul, transposed)
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -136,14 +136,28 @@ class Attention(nn.Module):
                           for t in (q, k, v))  # (R, heads, T, D)
             if group[0].cache is not None:
                 kv = [row.cache.write(layer, row.start, kg[i:i + 1], vg[i:i + 1]) for i, row in enumerate(group)]
-                kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv]) for j in (0, 1))  # (R, nKV, S, D)
-            out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group[0].mask, scale=self.head_dim ** -0.5,
-                                                  enable_gqa=self.n_head != self.n_kv)  # (R, nH, T, D)
+                if group[0].start:  # earlier keys from each row's cache (at start 0 the keys are kg, vg as they are)
+                    kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv]) for j in (0, 1))  # (R, nKV, S, D)
+            out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T
         outs.append(q.new_zeros(N - at, self.n_head, self.head_dim))
         out = torch.cat(outs).reshape(1, N, self.n_head * self.head_dim)
         return project(self.dense, out)
+
+
+    def attend_rows(self, q, k, v, mask=None):
+        """q (R, nH, T, D) over k, v (R, nKV, S, D) -> (R, nH, T, D); on the CPU as two batched products with
+        a softmax between (each (row, KV head) one product of the shape it has alone), else SDPA."""
+        if q.device.type != "cpu":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
+                                                  enable_gqa=self.n_head != self.n_kv)
+        R, _, T, D = q.shape
+        g = self.n_head // self.n_kv
+        scores = torch.matmul(q.reshape(R, self.n_kv, g * T, D), k.transpose(-1, -2)) * self.head_dim ** -0.5
+        if mask is not None:  # (T, S) bool, the same for every head of a group
+            scores = scores.masked_fill(~mask.repeat(g, 1), float("-inf"))
+        return torch.matmul(scores.softmax(-1), v).view(R, self.n_head, T, D)
 
 
 def attention_key(row: "Row") -> tuple:
@@ -232,10 +246,10 @@ class Experts(nn.Module):
         return (ys.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
     def _tiled(self, x: torch.Tensor, order: torch.Tensor, counts: list[int], K: int) -> torch.Tensor:
-        """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded with zero rows to
-        whole tiles (at least two, as `tiled_matmul` pads them), all experts in one buffer of P rows, and
-        every expert's two products as batched products of its tiles written in place."""
-        spans = [(e, n, max(2, -(-n // TILE)) * TILE) for e, n in enumerate(counts) if n]  # (expert, pairs, rows)
+        """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded with zero rows as
+        `tiled_matmul` pads them (`padded_rows`), all experts in one buffer of P rows, and every expert's
+        two products (`tile_product`) written in place."""
+        spans = [(e, n, padded_rows(n, x.device)) for e, n in enumerate(counts) if n]  # (expert, pairs, rows)
         starts = [0]  # buffer row where each span starts (and the total)
         for _, _, rows in spans:
             starts.append(starts[-1] + rows)
@@ -255,7 +269,7 @@ class Experts(nn.Module):
 
     @staticmethod
     def _products(x: torch.Tensor, w: torch.Tensor, spans, starts: list[int]) -> torch.Tensor:
-        """x (P, in) -> (P, out): rows [start, start + rows) times expert e's w[e]^T, in tiles, for each span."""
+        """x (P, in) -> (P, out): rows [start, start + rows) times expert e's w[e]^T (`tile_product`), for each span."""
         w_t = transposed(w)  # (E, in, out)
         out = x.new_empty(x.shape[0], w.shape[1])
         for (e, _, rows), start in zip(spans, starts):
@@ -394,7 +408,7 @@ class LLaDA2MoE(nn.Module):
         """Several sequences in one forward -> per row fp32 logits (T, V), or None where not wanted.
 
         Row-exact (module docstring): each row's logits and cache writes are bit for bit those of
-        `forward_rows([row])`. All rows' tokens run together, padded to whole tiles, alike rows side
+        `forward_rows([row])`. All rows' tokens run together, padded as `padded_rows` says, alike rows side
         by side (`attention_key`) so that their attention runs as one call."""
         order = sorted(range(len(rows)), key=lambda i: attention_key(rows[i]))
         logits = self._forward_rows([rows[i] for i in order])
@@ -406,8 +420,8 @@ class LLaDA2MoE(nn.Module):
     def _forward_rows(self, rows: list[Row]) -> list[torch.Tensor | None]:
         sizes = [row.ids.shape[0] for row in rows]
         n = sum(sizes)
-        pad = -(-n // TILE) * TILE - n
         device = self.device
+        pad = padded_rows(n, device) - n
         ids = torch.cat([row.ids for row in rows] + [torch.zeros(pad, dtype=torch.long, device=device)])
         positions = torch.cat([row.start + torch.arange(T, device=device) for row, T in zip(rows, sizes)]
                               + [torch.zeros(pad, dtype=torch.long, device=device)])

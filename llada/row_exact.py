@@ -1,13 +1,16 @@
 """Row-exact matrix products: inside `row_exact()` every product of the model's own modules runs on rows
-padded to whole tiles of `TILE`, so that a row's result depends on that row alone (see `llada.model`).
+padded to a whole number of blocks (`padded_rows`), so that a row's result depends on that row alone (see
+`llada.model`).
 
-How a padded product runs (`tile_product`): as a batched product of (TILE, K) tiles, each one product of
-fixed shape whatever the number of rows; or, on the CPU with one thread, as one plain product over all
-the padded rows. A single-threaded sgemm / dgemm rounds every row alike for any number of rows that is a
-multiple of 16 (checked for every such count from 32 to 1024 on the model's shapes and odd ones, float32,
-float64 and bfloat16; 1 to 3 rows, or a count off a multiple of 4 in float64, take other kernels, and a
-threaded product may split the work by its shape), and it packs the weight once where a batched product
-packs it again for every tile: a quarter of a forward of 16 rows of 32 tokens.
+How a padded product runs (`tile_product`):
+
+* on the CPU, as one plain product over the rows padded to a multiple of `CPU_ROWS` (4). MKL's sgemm /
+  dgemm gives a row the same bits for any such count and at any place among the rows, on one thread or
+  two (checked for every count from 4 to 1024 on the model's shapes, odd ones and LLaDA2.1-mini's,
+  float32, float64 and bfloat16; 1 to 3 rows, or a count off a multiple of 4, take other kernels), and
+  one product packs each weight once; `tests/test_batch.py` checks this on the machine it runs on;
+* elsewhere, as a batched product of (TILE, K) tiles, at least two, each one product of fixed shape
+  whatever the number of rows (one tile would let a threaded BLAS split the product itself).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-TILE = 16  # rows per matrix-product tile of the row-exact path
+TILE = 16  # rows per matrix-product tile of the row-exact path off the CPU
+CPU_ROWS = 4  # on the CPU, a padded product's rows are a multiple of this
 _ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
 
 
@@ -30,7 +34,7 @@ def row_exact_on() -> bool:
 
 @contextlib.contextmanager
 def row_exact():
-    """Inside: every matrix product of the model's own modules runs in tiles (`tiled_linear`)."""
+    """Inside: every matrix product of the model's own modules runs on padded rows (`tiled_linear`)."""
     token = _ROW_EXACT.set(True)
     try:
         yield
@@ -39,28 +43,33 @@ def row_exact():
 
 
 def tiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (N, K) @ weight (O, K)^T in tiles (`tiled_matmul`) -> (N, O)."""
+    """x (N, K) @ weight (O, K)^T on padded rows (`tiled_matmul`) -> (N, O)."""
     out = tiled_matmul(x, transposed(weight))
     return out if bias is None else out + bias
 
 
-def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x (N, K) @ w_t (K, O) as one batched product of (TILE, K) tiles, at least two -> (N, O).
+def padded_rows(n: int, device: torch.device) -> int:
+    """The rows a row-exact product of n rows runs on: whole blocks of `CPU_ROWS` on the CPU, at least
+    one; elsewhere whole tiles of `TILE`, at least two."""
+    if device.type == "cpu":
+        return max(1, -(-n // CPU_ROWS)) * CPU_ROWS
+    return max(2, -(-n // TILE)) * TILE
 
-    Each tile is one product of fixed shape, so a row's result depends on that row alone (one tile
-    would let a threaded BLAS split the product itself, differently from a batch of tiles)."""
+
+def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+    """x (N, K) @ w_t (K, O) on rows padded with zeros to `padded_rows` (`tile_product`) -> (N, O)."""
     n, k = x.shape
-    tiles = max(2, -(-n // TILE))
-    if tiles * TILE > n:
-        x = torch.cat([x, x.new_zeros(tiles * TILE - n, k)])
+    rows = padded_rows(n, x.device)
+    if rows > n:
+        x = torch.cat([x, x.new_zeros(rows - n, k)])
     return tile_product(x, w_t)[:n]
 
 
 def tile_product(x: torch.Tensor, w_t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x (P, K) @ w_t (K, O) -> (P, O) (into `out` when given), P a whole number of tiles, at least two.
+    """x (P, K) @ w_t (K, O) -> (P, O) (into `out` when given), P = `padded_rows` of some row count.
 
-    One plain product on the CPU with one thread, else a batched product of tiles (module docstring)."""
-    if x.device.type == "cpu" and torch.get_num_threads() == 1:
+    One plain product on the CPU, else a batched product of tiles (module docstring)."""
+    if x.device.type == "cpu":
         return torch.mm(x, w_t, out=out)
     tiles = x.shape[0] // TILE
     tiled = None if out is None else out.view(tiles, TILE, -1)

@@ -9,7 +9,7 @@ import torch
 from llada.batch import BatchDecoder, decode_batch, generate_batch
 from llada.checkpoint import load_model
 from llada.decode import generate
-from llada.model import TILE, Row, tile_product, tiled_linear
+from llada.model import Row, tiled_linear, tiled_matmul
 from llada.pipeline import Pipeline
 from golden_cases import case_config
 
@@ -88,8 +88,8 @@ def test_embedded_model_mixed_batch_is_bit_exact(embedded, dtype, max_batch):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_embedded_model_mixed_batch_is_bit_exact_on_two_threads(embedded, dtype):
-    """With more than one thread the products run as batches of tiles (`llada.row_exact`), as the app and
-    `llada.bench batch` run them, not as the one-thread plain product the other tests use."""
+    """On two threads, as the app and `llada.bench batch` run, not on the one thread the other tests use: the
+    products and the attention then split their work between the threads (`llada.row_exact`)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     model = embedded.model.to(dtype)
@@ -142,16 +142,24 @@ def test_tiled_products_do_not_depend_on_the_other_rows(dtype):
         assert torch.equal(tiled_linear(torch.cat([torch.randn(n, 384, dtype=dtype), x]), w)[n:], alone)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_one_product_over_whole_tiles_rounds_each_row_as_a_batch_of_tiles(dtype):
-    """On the CPU with one thread (conftest) the padded rows run as one product: every row as in its tile."""
-    torch.manual_seed(0)
-    w_t = torch.randn(99, 37, dtype=dtype)  # odd sizes: an edge of every kernel
-    x = torch.randn(9 * TILE, 99, dtype=dtype)
-    for tiles in (2, 3, 9):
-        rows = x[:tiles * TILE]
-        batched = torch.bmm(rows.view(tiles, TILE, -1), w_t.expand(tiles, *w_t.shape)).view(-1, 37)
-        assert torch.equal(tile_product(rows, w_t), batched)
+def test_a_padded_product_rounds_each_row_as_any_other_padded_product(dtype, threads):
+    """The CPU path's premise (`llada.row_exact`): a row's result in a product padded to a multiple of 4
+    rows is the same for any count of rows and at any place among them, on one thread or two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for k, o in ((99, 37), (192, 320), (96, 192)):  # odd sizes (an edge of every kernel), the model's own
+            w_t = torch.randn(k, o, generator=gen, dtype=dtype)
+            x = torch.randn(300, k, generator=gen, dtype=dtype)
+            whole = tiled_matmul(x, w_t)
+            for n in (*range(1, 20), *range(20, 290, 7)):
+                for at in (0, 1, 2, 3, 5, 11):
+                    assert torch.equal(tiled_matmul(x[at:at + n], w_t), whole[at:at + n]), (k, o, n, at)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_rows_join_and_leave_between_rounds(ref_model, golden):
