@@ -120,3 +120,18 @@ def test_moe_layer_matches_dense_per_token_loop():
             acc = acc + w[t, k] * (moe.experts.w2[e] @ (torch.nn.functional.silu(gate) * up))
         expect.append(acc)
     assert torch.allclose(out[0], torch.stack(expect), atol=1e-5)  # batched vs per-token matmul summation order
+
+
+def test_row_attention_is_grouped_query_attention_with_its_mask(ref_model):
+    """The row path's attention (two batched products on the CPU) against torch's SDPA, masked and not."""
+    attn = ref_model.layers[0].attention
+    g = torch.Generator().manual_seed(0)
+    R, T, S, D = 3, 5, 9, attn.head_dim
+    q = torch.randn(R, attn.n_head, T, D, generator=g)
+    k, v = (torch.randn(R, attn.n_kv, S, D, generator=g) for _ in range(2))
+    groups = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2, 2])  # keys' blocks; the queries are the last 5 positions
+    for mask in (None, block_causal_mask(groups[-T:], groups)):
+        expect = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=D ** -0.5, enable_gqa=attn.n_head != attn.n_kv)
+        assert torch.allclose(attn.attend_rows(q, k, v, mask), expect, atol=1e-5)
+    assert attn.n_head != attn.n_kv  # the fixture's heads share keys, so the grouping is exercised
