@@ -33,8 +33,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
-from .row_exact import (TILE, linear, padded_rows, project, row_exact, row_exact_on,  # noqa: F401
-                        tile_product, tiled_linear, tiled_matmul, transposed)
+from .row_exact import (linear, padded_rows, project, row_exact, row_exact_on, tile_product,  # noqa: F401
+                        tiled_linear, tiled_matmul, transposed)
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -136,15 +136,15 @@ class Attention(nn.Module):
                           for t in (q, k, v))  # (R, heads, T, D)
             if group[0].cache is not None:
                 kv = [row.cache.write(layer, row.start, kg[i:i + 1], vg[i:i + 1]) for i, row in enumerate(group)]
-                if group[0].start:  # earlier keys from each row's cache (at start 0 the keys are kg, vg as they are)
-                    kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv]) for j in (0, 1))  # (R, nKV, S, D)
+                if group[0].start:  # earlier keys from each row's cache (at start 0 they are kg, vg as they are)
+                    kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv])
+                              for j in (0, 1))  # (R, nKV, S, D)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T
         outs.append(q.new_zeros(N - at, self.n_head, self.head_dim))
         out = torch.cat(outs).reshape(1, N, self.n_head * self.head_dim)
         return project(self.dense, out)
-
 
     def attend_rows(self, q, k, v, mask=None):
         """q (R, nH, T, D) over k, v (R, nKV, S, D) -> (R, nH, T, D); on the CPU as two batched products with
