@@ -148,7 +148,7 @@ class Attention(nn.Module):
 
     def attend_rows(self, q, k, v, mask=None):
         """q (R, nH, T, D) over k, v (R, nKV, S, D) -> (R, nH, T, D); on the CPU as two batched products with
-        a softmax between (each (row, KV head) one product of the shape it has alone), else SDPA."""
+        a softmax (at least fp32) between, each (row, KV head) one product of the shape it has alone; else SDPA."""
         if q.device.type != "cpu":
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
                                                   enable_gqa=self.n_head != self.n_kv)
@@ -157,7 +157,8 @@ class Attention(nn.Module):
         scores = torch.matmul(q.reshape(R, self.n_kv, g * T, D), k.transpose(-1, -2)) * self.head_dim ** -0.5
         if mask is not None:  # (T, S) bool, the same for every head of a group
             scores = scores.masked_fill(~mask.repeat(g, 1), float("-inf"))
-        return torch.matmul(scores.softmax(-1), v).view(R, self.n_head, T, D)
+        probs = scores.softmax(-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
+        return torch.matmul(probs, v).view(R, self.n_head, T, D)
 
 
 def attention_key(row: "Row") -> tuple:

@@ -134,4 +134,10 @@ def test_row_attention_is_grouped_query_attention_with_its_mask(ref_model):
         expect = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=D ** -0.5, enable_gqa=attn.n_head != attn.n_kv)
         assert torch.allclose(attn.attend_rows(q, k, v, mask), expect, atol=1e-5)
+        half = attn.attend_rows(*(t.to(torch.bfloat16) for t in (q, k, v)), mask)  # softmax in fp32
+        wide = [t.double() for t in (q, k, v)]  # float64 stays float64 throughout
+        expect64 = torch.nn.functional.scaled_dot_product_attention(
+            *wide, attn_mask=mask, scale=D ** -0.5, enable_gqa=attn.n_head != attn.n_kv)
+        assert torch.allclose(attn.attend_rows(*wide, mask), expect64, rtol=0, atol=1e-12)
+        assert half.dtype == torch.bfloat16 and torch.allclose(half.float(), expect, atol=3e-2)
     assert attn.n_head != attn.n_kv  # the fixture's heads share keys, so the grouping is exercised
