@@ -1,4 +1,4 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, stream, versus, kernels, forward, load, gpu-check, train)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, split, stream, versus, kernels, forward, load, gpu-check, train)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 
 BENCHES = {"decode": "decode speed with the KV cache on and off",
            "batch": "batched decoding: aggregate tokens/s and row latency per batch size",
+           "split": "a row-batched forward's time: matrix products against everything else, per batch size",
            "stream": "one run at a time on held-out code, as a playground visitor gets it: tokens/s",
            "versus": "a workload (eval, explorer) at this checkout against an earlier commit, interleaved",
            "kernels": "FP8 fused-MoE layer time and bandwidth",

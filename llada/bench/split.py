@@ -1,0 +1,117 @@
+"""Where a row-batched forward's time goes: its matrix products against everything else, per batch size.
+
+For each B in `--sizes`, B held-out items of the shipped model's tasks (as `llada.bench batch` picks
+them, S mode, their first decode window of 32 tokens) run through `LLaDA2MoE.forward_rows` again and
+again, alternating two ways: as they are, and with every row-exact matrix product (`tile_product`: the
+projections, the experts, the output layer) skipped (its output left as zeros). The difference is the
+products' time; the rest is everything else (attention with its own two products, norms, routing,
+bookkeeping). One process, the
+best forward of each `--inner` run, the median over `--repeats` alternations, so a machine whose speed
+drifts drifts for both ways alike.
+
+    python -m llada.bench split [--sizes 1 8] [--repeats 20] [--inner 10] [--threads 2]
+
+A ratio of the products' times (B over 1) above B / 3 means that batching's gain on the products alone
+stays under 3x: the other work then only adds to the gain where it grows more slowly than the products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .. import model as model_module
+from .. import row_exact as row_exact_module
+from ..decode import _Run
+from ..model import Row
+from .batch import workload
+from .timing import device_info
+
+
+@contextlib.contextmanager
+def products_skipped():
+    """Inside: `tile_product` (every row-exact matrix product of the model) writes zeros instead."""
+    real = model_module.tile_product
+
+    def zeros(x, w_t, out=None):
+        return out.zero_() if out is not None else x.new_zeros(x.shape[0], w_t.shape[1])
+
+    model_module.tile_product = row_exact_module.tile_product = zeros  # the experts' name, tiled_matmul's
+    try:
+        yield
+    finally:
+        model_module.tile_product = row_exact_module.tile_product = real
+
+
+def first_windows(model, prompts, cfg, mask_id: int, eos_id: int) -> list[Row]:
+    """Each prompt's first decode forward as a row: its window from 0, over its own fresh cache."""
+    rows = []
+    for prompt in prompts:
+        run = _Run(model, prompt, cfg, mask_id, eos_id, "dynamic")
+        rows.append(Row(run.x[0, :cfg.block_length], 0, None, run.cache, True))
+    return rows
+
+
+def best_ms(model, rows: list[Row], inner: int) -> float:
+    best = float("inf")
+    for _ in range(inner):
+        start = time.perf_counter()
+        model.forward_rows(rows)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner: int) -> dict:
+    rows = first_windows(model, prompts[:size], cfg, mask_id, eos_id)
+    whole, rest = [], []
+    with torch.inference_mode():
+        best_ms(model, rows, inner)  # warm-up
+        for _ in range(repeats):
+            whole.append(best_ms(model, rows, inner))
+            with products_skipped():
+                rest.append(best_ms(model, rows, inner))
+    total, other = statistics.median(whole), statistics.median(rest)
+    return {"batch": size, "tokens": sum(r.ids.shape[0] for r in rows), "forward_ms": round(total, 3),
+            "products_ms": round(total - other, 3), "other_ms": round(other, 3)}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m llada.bench split", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=20, help="alternations of the two ways (default 20)")
+    parser.add_argument("--inner", type=int, default=10, help="forwards per alternation, best kept (default 10)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/split-<device>.json)")
+    args = parser.parse_args(argv)
+    if min(args.sizes) < 1 or args.repeats < 1 or args.inner < 1:
+        parser.error("--sizes, --repeats and --inner must be positive")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    model, prompts, cfg, mask_id, eos_id = workload("embedded", max(args.sizes), "S", device)
+    sizes = [measure(s, model, prompts, cfg, mask_id, eos_id, args.repeats, args.inner) for s in args.sizes]
+    base = sizes[0]
+    for row in sizes:
+        row["products_vs_first"] = round(row["products_ms"] / base["products_ms"], 2)
+        row["other_vs_first"] = round(row["other_ms"] / base["other_ms"], 2)
+        print(f"B={row['batch']:2d}: forward {row['forward_ms']:.2f} ms = products {row['products_ms']:.2f} "
+              f"+ other {row['other_ms']:.2f}; vs B={base['batch']}: products {row['products_vs_first']}x, "
+              f"other {row['other_vs_first']}x")
+    report = device_info(device) | {"bench": "split", "threads": torch.get_num_threads(), "repeats": args.repeats,
+                                    "inner": args.inner, "sizes": sizes}
+    out = Path(args.out or "bench/results/split-cpu.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
