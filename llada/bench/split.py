@@ -5,14 +5,13 @@ them, S mode, their first decode window of 32 tokens) run through `LLaDA2MoE.for
 again, alternating two ways: as they are, and with every row-exact matrix product (`tile_product`: the
 projections, the experts, the output layer) skipped (its output left as zeros). The difference is the
 products' time; the rest is everything else (attention with its own two products, norms, routing,
-bookkeeping). One process, the
-best forward of each `--inner` run, the median over `--repeats` alternations, so a machine whose speed
-drifts drifts for both ways alike.
+bookkeeping). One process; the best forward of each run of `--inner`, the median over `--repeats`
+alternations, so a machine whose speed drifts drifts for both ways alike.
 
     python -m llada.bench split [--sizes 1 8] [--repeats 20] [--inner 10] [--threads 2]
 
-A ratio of the products' times (B over 1) above B / 3 means that batching's gain on the products alone
-stays under 3x: the other work then only adds to the gain where it grows more slowly than the products.
+Batching pays where a part grows more slowly than B: when the products grow by more than B / 3 from
+B = 1 to B, they alone keep batching's gain under 3x, and only the rest can lift it.
 """
 
 from __future__ import annotations
@@ -87,8 +86,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=20, help="alternations of the two ways (default 20)")
     parser.add_argument("--inner", type=int, default=10, help="forwards per alternation, best kept (default 10)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=None, help="JSON path (default bench/results/split-<device>.json)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/split-cpu.json)")
     args = parser.parse_args(argv)
     if min(args.sizes) < 1 or args.repeats < 1 or args.inner < 1:
         parser.error("--sizes, --repeats and --inner must be positive")
