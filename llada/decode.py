@@ -11,9 +11,10 @@ The KV cache holds finished blocks (those that left the MBE window), computed fr
 tokens: when a block's last forward already saw them its keys/values are committed as they are,
 otherwise one `cache` forward recomputes them. Forwards that only fill the cache are `cache` records.
 
-The loop of one run (`loop`) is a generator that asks for each forward (`Forward`) and is sent its
-logits; `BatchDecoder` drives the loops of many runs (rows) so that one row-batched model call serves
-them all (`llada.batch`: every row's trace is bit for bit its trace alone). A run alone is a batch of one.
+The loop of one run (`loop`) is a generator that asks for each forward (`Forward`) and is sent the
+rule's decision on its logits; `BatchDecoder` drives the loops of many runs (rows) so that one
+row-batched model call serves them all, and decides for all of them at once (`llada.decide`); every
+row's trace is bit for bit its trace alone (`llada.batch`). A run alone is a batch of one.
 
 A row may carry a budget's question (`may_continue(forwards)`, asked with the forwards the row has had
 before each forward it asks for, `llada.budget`): a row refused is stopped before that forward runs, so
@@ -40,11 +41,10 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterator, NamedTuple
 
 import torch
 
-from . import rule
 from .config import DecodeConfig, padded_length
+from .decide import Decision, Window, decide
 from .graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, Row, block_causal_mask
-from .sampling import sample_tokens
 from .trace import Change, StepRecord, Trace
 
 if TYPE_CHECKING:
@@ -95,9 +95,9 @@ class _Run:
         """The row-batched forward's input for `f`: the window over the cache, or the whole prefix without one."""
         B = self.cfg.block_length
         if self.cache is not None:
-            groups = (torch.arange(f.lo, f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
             mask = None
-            if groups[0] != groups[-1]:  # several strict blocks in one call (prefill / refresh)
+            if min(f.lo // B, f.groups_hi) != min((f.hi - 1) // B, f.groups_hi):  # several strict blocks in one call
+                groups = (torch.arange(f.lo, f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
                 keys = torch.cat([torch.full((f.lo,), -1, device=groups.device), groups])
                 mask = block_causal_mask(groups, keys)
             return Row(self.x[0, f.lo:f.hi], f.lo, mask, self.cache, f.logits)
@@ -121,7 +121,7 @@ def run_forwards(runs: list[_Run], asks: list[Forward], memo: ForwardMemo | None
     return [None if out is None else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
 
 
-Loop = Generator["Forward | StepRecord", "torch.Tensor | None", None]  # yields asks and records, is sent logits
+Loop = Generator["Forward | StepRecord", "Decision | None", None]  # yields asks and records, is sent decisions
 MayContinue = Callable[[int], bool]  # forwards the row has had -> may it have one more?
 
 
@@ -137,28 +137,21 @@ def _fill_cache(run: _Run, upto: int, phase: str, block: int) -> Loop:
                      window=(lo, upto), active=(lo, upto), seconds=run.seconds())
 
 
-def _step(run: _Run, block: int, lo: int, block_step: int, logits: torch.Tensor) -> StepRecord:
-    """The rule on one decode forward's logits (W, V) over window [lo, end of `block`); applies it to run.x."""
-    cfg, B = run.cfg, run.cfg.block_length
+def _step(run: _Run, block: int, lo: int, block_step: int, d: Decision) -> StepRecord:
+    """Apply the rule's decision `d` on window [lo, end of `block`) (`llada.decide`) to run.x; its record."""
+    B = run.cfg.block_length
     a0, hi = block * B, (block + 1) * B
+    if not all(map(math.isfinite, d.conf)):
+        raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
+                              f"(block {block}): its weights are broken or overflow in this dtype")
     with torch.inference_mode():
-        current = run.x[0, lo:hi].clone()  # (W,)
-        x0, p = sample_tokens(logits, cfg.temperature, cfg.top_k, cfg.top_p, run.generator)  # (W,), (W,)
-        conf = p.tolist()
-        if not all(map(math.isfinite, conf)):
-            raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
-                                  f"(block {block}): its weights are broken or overflow in this dtype")
-        frozen = torch.arange(lo, hi, device=current.device) < run.P
-        d = rule.step(current, x0, p, frozen, mask_id=run.mask_id, threshold=cfg.threshold,
-                      editing_threshold=cfg.editing_threshold, active_start=a0 - lo,
-                      num_to_transfer=cfg.num_to_transfer)
         run.x[0, lo:hi] = d.tokens
     run.decode_forwards += 1
-    old, new = current.tolist(), x0.tolist()
+    old, new, conf = d.old, d.new, d.conf
     had_masks = run.mask_id in old[a0 - lo:]
 
-    def changes(chosen: torch.Tensor) -> list[Change]:
-        return [Change(lo + i, new[i], old[i], conf[i]) for i, yes in enumerate(chosen.tolist()) if yes]
+    def changes(chosen: list[bool]) -> list[Change]:
+        return [Change(lo + i, new[i], old[i], conf[i]) for i, yes in enumerate(chosen) if yes]
 
     return StepRecord(kind="decode", phase="draft" if had_masks else "verify", step=run.decode_forwards,
                       block=block, block_step=block_step, window=(lo, hi), active=(a0, hi),
@@ -178,8 +171,8 @@ def _decode_block(run: _Run, block: int) -> Loop:
         if post > cfg.max_post_steps:
             break
         block_step += 1
-        logits = yield Forward(lo, (block + 1) * B, lo // B)
-        record = _step(run, block, lo, block_step, logits)
+        decision = yield Forward(lo, (block + 1) * B, lo // B)
+        record = _step(run, block, lo, block_step, decision)
         yield record
         if record.phase == "verify" and not record.edits and not record.mbe_edits:
             saw_final = True
@@ -194,7 +187,8 @@ def _eos_stop(run: _Run, block: int) -> bool:
 
 
 def loop(run: _Run) -> Loop:
-    """The decode loop of one row: yields a `Forward` (answered with its logits) or a `StepRecord`."""
+    """The decode loop of one row: yields a `Forward` (answered with the rule's `Decision` on its logits,
+    None for a cache forward) or a `StepRecord`."""
     for block in range(run.first, run.n_blocks):
         yield from _decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):
@@ -285,11 +279,20 @@ class BatchDecoder:
             self.refused.add(row.index)
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
-            logits = run_forwards([row.run for row in self.active], [row.ask for row in self.active], self.memo)
-            for row, rows_logits in zip(self.active, logits):
+            runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
+            logits = run_forwards(runs, asks, self.memo)
+            decode = [i for i, ask in enumerate(asks) if ask.logits]
+            answers: list[Decision | None] = [None] * len(asks)  # a cache forward is answered with None
+            if decode:
+                with torch.inference_mode():
+                    decided = decide([runs[i] for i in decode], [Window(asks[i].lo, asks[i].hi) for i in decode],
+                                     [logits[i] for i in decode])
+                for i, decision in zip(decode, decided):
+                    answers[i] = decision
+            for row, answer in zip(list(self.active), answers):
                 row.ask = None
                 row.forwards += 1
-                out.append((row.index, row.loop.send(rows_logits)))  # the record of that forward
+                out.append((row.index, row.loop.send(answer)))  # the record of that forward
         return out
 
     def _advance(self, rows: list[_Row], out: list[tuple[int, StepRecord]]) -> None:

@@ -25,6 +25,7 @@ than its own. Attention runs per group of alike rows, each (row, KV head) with t
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -54,6 +55,7 @@ class KVCache:
         shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.layers = list(zip(self.k.unbind(0), self.v.unbind(0)))  # per layer (B, KVheads, max_len, D) views
         self.length = 0
 
     @property
@@ -71,10 +73,11 @@ class KVCache:
             self.k[layer].index_copy_(2, slots, k)
             self.v[layer].index_copy_(2, slots, v)
             return self.k[layer], self.v[layer]  # (B, KVheads, capacity, D)
-        end = start + k.shape[2]
-        self.k[layer, :, :, start:end] = k
-        self.v[layer, :, :, start:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, KVheads, S, D)
+        T = k.shape[2]
+        keys, values = self.layers[layer]
+        keys.narrow(2, start, T).copy_(k)
+        values.narrow(2, start, T).copy_(v)
+        return keys.narrow(2, 0, start + T), values.narrow(2, 0, start + T)  # (B, KVheads, S, D)
 
     def commit(self, end: int) -> None:
         """Keys/values of positions [0, end) are final."""
@@ -424,15 +427,15 @@ class LLaDA2MoE(nn.Module):
         device = self.device
         pad = padded_rows(n, device) - n
         ids = torch.cat([row.ids for row in rows] + [torch.zeros(pad, dtype=torch.long, device=device)])
-        positions = torch.cat([row.start + torch.arange(T, device=device) for row, T in zip(rows, sizes)]
-                              + [torch.zeros(pad, dtype=torch.long, device=device)])
+        positions = torch.tensor([p for row, T in zip(rows, sizes) for p in range(row.start, row.start + T)]
+                                 + [0] * pad, dtype=torch.long, device=device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)  # (N, rotary_dim)
         with row_exact():
             x = self.word_embeddings(ids)[None]  # (1, N, H)
             for layer in self.layers:
                 x = layer.forward_rows(x, cos, sin, rows)
             x = self.norm(x)[0]  # (N, H)
-            ends = torch.tensor(sizes).cumsum(0).tolist()
+            ends = list(itertools.accumulate(sizes))
             wanted = [(end - T, end) for row, T, end in zip(rows, sizes, ends) if row.logits]
             if not wanted:
                 return [None] * len(rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 
@@ -31,3 +33,33 @@ def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     drop_sorted = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already enough
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, -torch.inf)
+
+
+def greedy_rows(logits: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Greedy (x0, p) of several (T_i, V) logits at once, each as `sample_tokens` gives it alone: the
+    softmax and the max work row by row, so rows side by side change nothing. Logits that lie in one
+    stretch of one tensor (a row-batched forward's) are read there, without a copy."""
+    region, offsets = _shared_region(logits)
+    if region is None:
+        region = torch.cat(logits)
+        offsets = [0, *itertools.accumulate(t.shape[0] for t in logits)][:-1]
+    p, x0 = torch.softmax(region.float(), dim=-1).max(dim=-1)  # (rows,) each
+    return [(x0[at:at + t.shape[0]], p[at:at + t.shape[0]]) for t, at in zip(logits, offsets)]
+
+
+def _shared_region(logits: list[torch.Tensor]) -> tuple[torch.Tensor | None, list[int]]:
+    """The stretch of rows of one tensor that holds every (T_i, V) logits, and where each starts in it;
+    (None, []) when they do not share one, or it holds more than twice their rows (plus 8)."""
+    first = logits[0]
+    V = first.shape[-1]
+    if not all(t.dim() == 2 and t.shape[1] == V and t.is_contiguous() and t.dtype == first.dtype
+               and t.device == first.device and t.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+               for t in logits):
+        return None, []
+    starts = [t.storage_offset() for t in logits]
+    lo = min(starts)
+    hi = max(start + t.numel() for start, t in zip(starts, logits))
+    rows = (hi - lo) // V
+    if any((start - lo) % V for start in starts) or (hi - lo) % V or rows > 2 * sum(t.shape[0] for t in logits) + 8:
+        return None, []
+    return first.as_strided((rows, V), (V, 1), lo), [(start - lo) // V for start in starts]

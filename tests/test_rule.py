@@ -76,7 +76,7 @@ def test_drafts_and_edits_come_from_the_same_forward():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"x0": torch.tensor([1, 2])}, "1-D tensors of one length"),
+    ({"x0": torch.tensor([1, 2])}, "tensors of one shape"),
     ({"frozen": torch.tensor([0, 0, 0])}, "frozen must be a bool tensor"),
     ({"active_start": 4}, "active_start must be in"),
 ])
@@ -85,3 +85,30 @@ def test_bad_inputs_are_refused(bad, message):
             "frozen": torch.zeros(3, dtype=torch.bool)} | {k: v for k, v in bad.items() if k != "active_start"}
     with pytest.raises(ValueError, match=message):
         rule.step(**args, mask_id=M, threshold=0.5, editing_threshold=0.5, active_start=bad.get("active_start", 0))
+
+
+def test_rows_decided_together_get_what_each_gets_alone():
+    """R windows in one call, each with its own settings (editing off, MBE start, fallback count), equal
+    the R calls of one window; ties and thresholds exactly at p included."""
+    gen = torch.Generator().manual_seed(0)
+    R, W = 12, 16
+    tokens = torch.randint(0, 6, (R, W), generator=gen)
+    tokens[torch.rand(R, W, generator=gen) < 0.5] = M
+    x0 = torch.randint(0, 6, (R, W), generator=gen)
+    p = (torch.randint(0, 8, (R, W), generator=gen) / 8).float()  # few values: many ties and p == tau
+    frozen = torch.arange(W)[None, :] < torch.randint(0, 5, (R, 1), generator=gen)
+    settings = {"threshold": [0.5, 0.875, 0.9, 1.0] * 3, "editing_threshold": [None, 0.0, 0.5, 0.75] * 3,
+                "active_start": [0, 4, 8, 16] * 3, "num_to_transfer": [1, 2, 3] * 4}
+    together = rule.step(tokens, x0, p, frozen, mask_id=M, **settings)
+    assert together.drafted.any() and together.edited.any() and together.mbe_edited.any()
+    for i in range(R):
+        alone = rule.step(tokens[i], x0[i], p[i], frozen[i], mask_id=M, **{k: v[i] for k, v in settings.items()})
+        for name in ("tokens", "drafted", "edited", "mbe_edited"):
+            assert torch.equal(getattr(together, name)[i], getattr(alone, name)), (i, name)
+
+
+def test_one_setting_per_row_needs_as_many_rows():
+    with pytest.raises(ValueError, match="one active_start per row"):
+        rule.step(torch.tensor([[M, 1]]), torch.tensor([[1, 1]]), torch.tensor([[0.9, 0.9]]),
+                  torch.zeros(1, 2, dtype=torch.bool), mask_id=M, threshold=0.5, editing_threshold=0.5,
+                  active_start=[0, 0])

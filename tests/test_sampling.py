@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from llada.sampling import sample_tokens
+from llada.sampling import greedy_rows, sample_tokens
 
 
 def test_greedy_confidence_is_the_softmax_max():
@@ -31,3 +31,23 @@ def test_same_seed_same_tokens():
     logits = torch.randn(16, 50, generator=torch.Generator().manual_seed(2))
     a, b = (sample_tokens(logits, 1.0, top_p=0.9, generator=torch.Generator().manual_seed(4))[0] for _ in range(2))
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_greedy_rows_together_equal_each_alone(threads, in_place):
+    """Rows of one forward's logits (read in place, out of order, one row skipped) or separate tensors
+    (joined): x0 and p bit for bit those of each alone, ties on the max included."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        logits = (torch.randint(-6, 7, (7 * 32 + 3, 1024), generator=gen) / 2).float()  # many equal maxima
+        spans = [(64, 96), (0, 32), (160, 224), (32, 64)]  # rows 96-160 and the tail are not asked for
+        parts = [logits[a:b] if in_place else logits[a:b].clone() for a, b in spans]
+        together = greedy_rows(parts)
+        for part, (x0, p) in zip(parts, together):
+            alone_x0, alone_p = sample_tokens(part.clone())
+            assert torch.equal(x0, alone_x0) and torch.equal(p, alone_p)
+    finally:
+        torch.set_num_threads(before)
