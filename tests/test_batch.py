@@ -65,6 +65,7 @@ EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of di
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
     ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),  # an MBE edit repairs block 1 (Learn's lesson 4)
     ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
+    ("def double(x):", "S", {"temperature": 0.8, "top_k": 20, "seed": 3}),  # sampled beside greedy rows
 ]
 
 
