@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .kv_cache import KVCache
 from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
 from .row_exact import (linear, padded_rows, project, row_exact, row_exact_on, tile_product,  # noqa: F401
                         tiled_linear, tiled_matmul, transposed)
@@ -43,47 +44,6 @@ def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = No
     `groups` is each position's block index (or a merged index for blocks that see each other)."""
     key_groups = groups if key_groups is None else key_groups
     return key_groups[None, :] <= groups[:, None]
-
-
-class KVCache:
-    """Preallocated keys/values of finished blocks for every layer: (layers, B, KVheads, max_len, D).
-
-    A forward at `start` writes its keys/values into slots [start, start+T) and attends to [0, start+T);
-    only `commit` makes them part of the cache (`length`), so a window can be recomputed freely."""
-
-    def __init__(self, cfg: ModelConfig, batch: int, max_len: int, dtype: torch.dtype, device):
-        shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.layers = list(zip(self.k.unbind(0), self.v.unbind(0)))  # per layer (B, KVheads, max_len, D) views
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.k.shape[3]
-
-    def write(self, layer: int, start: int | torch.Tensor, k: torch.Tensor,
-              v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, KVheads, T, D) at [start, start+T) of `layer`; return keys/values of [0, start+T).
-
-        With `start` a 0-d device tensor (the static path) every slot is returned (S = capacity),
-        and the caller's mask hides those past start+T: the shapes no longer depend on `start`."""
-        if isinstance(start, torch.Tensor):
-            slots = start + torch.arange(k.shape[2], device=k.device)  # (T,)
-            self.k[layer].index_copy_(2, slots, k)
-            self.v[layer].index_copy_(2, slots, v)
-            return self.k[layer], self.v[layer]  # (B, KVheads, capacity, D)
-        T = k.shape[2]
-        keys, values = self.layers[layer]
-        keys.narrow(2, start, T).copy_(k)
-        values.narrow(2, start, T).copy_(v)
-        return keys.narrow(2, 0, start + T), values.narrow(2, 0, start + T)  # (B, KVheads, S, D)
-
-    def commit(self, end: int) -> None:
-        """Keys/values of positions [0, end) are final."""
-        if end > self.capacity:
-            raise ValueError(f"cannot commit {end} positions: cache holds {self.capacity}")
-        self.length = end
 
 
 class Attention(nn.Module):
@@ -137,11 +97,8 @@ class Attention(nn.Module):
             T, R = group[0].ids.shape[0], len(group)
             qg, kg, vg = (t[0, :, at:at + R * T].unflatten(1, (R, T)).transpose(0, 1).contiguous()
                           for t in (q, k, v))  # (R, heads, T, D)
-            if group[0].cache is not None:
-                kv = [row.cache.write(layer, row.start, kg[i:i + 1], vg[i:i + 1]) for i, row in enumerate(group)]
-                if group[0].start:  # earlier keys from each row's cache (at start 0 they are kg, vg as they are)
-                    kg, vg = (kv[0][j] if R == 1 else torch.cat([pair[j] for pair in kv])
-                              for j in (0, 1))  # (R, nKV, S, D)
+            if group[0].cache is not None:  # earlier keys from each row's cache (at start 0 none)
+                kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)  # (R, nKV, S, D)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T
