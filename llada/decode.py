@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterator, NamedTuple
 
 import torch
 
-from .allocator import keep_freed_memory
+from .heap import keep_freed_memory
 from .config import DecodeConfig, padded_length
 from .decide import Decision, Window, decide
 from .graphs import graph_ready, keep_step_graphs, step_graphs
@@ -230,7 +230,7 @@ class BatchDecoder:
         if self.forward in ("static", "graph") and self.max_batch != 1:
             raise ValueError(f"forward={self.forward!r} decodes one run at a time: use max_batch=1 or 'dynamic'")
         if self.model.device.type == "cpu":
-            keep_freed_memory()  # a forward's buffers come from the heap, not from fresh pages (`llada.allocator`)
+            keep_freed_memory()  # a forward's buffers come from the heap, not from fresh pages (`llada.heap`)
 
     def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue: MayContinue | None = None) -> int:
         """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit.
