@@ -91,19 +91,22 @@ class Attention(nn.Module):
         attend nothing). The attention of each (row, head) is computed on its own, so a group's rows get
         what each gets alone."""
         N = x.shape[1]
-        q, k, v = self.qkv(x, cos, sin)
+        qkv = project(self.query_key_value, x).view(N, self.n_head + 2 * self.n_kv, self.head_dim)
         outs, at = [], 0
-        for group in attention_groups(rows):
+        for group in attention_groups(rows):  # a group's rows share their positions: one cos, sin (T, rotary)
             T, R = group[0].ids.shape[0], len(group)
-            qg, kg, vg = (t[0, :, at:at + R * T].unflatten(1, (R, T)).transpose(0, 1).contiguous()
-                          for t in (q, k, v))  # (R, heads, T, D)
+            qg, kg, vg = qkv[at:at + R * T].view(R, T, -1, self.head_dim).split([self.n_head, self.n_kv, self.n_kv], 2)
+            qg = norm_rope(self.query_layernorm, qg, cos[at:at + T], sin[at:at + T])  # (R, nH, T, D), contiguous
+            kg = norm_rope(self.key_layernorm, kg, cos[at:at + T], sin[at:at + T])  # (R, nKV, T, D)
+            vg = vg.transpose(1, 2).contiguous()  # (R, nKV, T, D)
             if group[0].cache is not None:  # earlier keys from each row's cache (at start 0 none)
                 kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)  # (R, nKV, S, D)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T
-        outs.append(q.new_zeros(N - at, self.n_head, self.head_dim))
-        out = torch.cat(outs).reshape(1, N, self.n_head * self.head_dim)
+        if at < N:  # padding tokens
+            outs.append(qkv.new_zeros(N - at, self.n_head, self.head_dim))
+        out = (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(1, N, self.n_head * self.head_dim)
         return project(self.dense, out)
 
     def attend_rows(self, q, k, v, mask=None):
@@ -207,9 +210,9 @@ class Experts(nn.Module):
         return (ys.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
     def _tiled(self, x: torch.Tensor, order: torch.Tensor, counts: list[int], K: int) -> torch.Tensor:
-        """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded with zero rows as
-        `tiled_matmul` pads them (`padded_rows`), all experts in one buffer of P rows, and every expert's
-        two products (`tile_product`) written in place."""
+        """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded to `padded_rows` as
+        `tiled_matmul` pads them (here with copies of token 0: a padding row's result is never read), all
+        experts in one buffer of P rows, and every expert's two products (`tile_product`) written in place."""
         spans = [(e, n, padded_rows(n, x.device)) for e, n in enumerate(counts) if n]  # (expert, pairs, rows)
         starts = [0]  # buffer row where each span starts (and the total)
         for _, _, rows in spans:
@@ -218,9 +221,9 @@ class Experts(nn.Module):
         sizes = torch.tensor([n for _, n, _ in spans], device=dev)
         shift = torch.tensor(starts[:-1], device=dev) - (sizes.cumsum(0) - sizes)  # span start less its first pair's rank
         slot = torch.arange(order.numel(), device=dev) + shift.repeat_interleave(sizes)  # (T*K,) row of each sorted pair
-        source = torch.full((starts[-1],), x.shape[0], dtype=torch.long, device=dev)  # padding rows read row T
-        source[slot] = order // K
-        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, source)  # (P, H), padding rows zero
+        source = torch.zeros(starts[-1], dtype=torch.long, device=dev)  # padding rows read row 0 (no row
+        source[slot] = order // K  # depends on another: their results are never read)
+        xp = x.index_select(0, source)  # (P, H)
         h = self._products(xp, self.w13, spans, starts)  # (P, 2I)
         gate, up = h.chunk(2, dim=-1)
         y = self._products(F.silu(gate) * up, self.w2, spans, starts)  # (P, H)
