@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterator, NamedTuple
 
 import torch
 
-from .heap import keep_freed_memory
 from .config import DecodeConfig, padded_length
 from .decide import Decision, Window, decide
 from .graphs import graph_ready, keep_step_graphs, step_graphs
+from .heap import keep_freed_memory
 from .model import LLaDA2MoE, Row, block_causal_mask
 from .trace import Change, StepRecord, Trace
 
@@ -120,6 +120,20 @@ def run_forwards(runs: list[_Run], asks: list[Forward], memo: ForwardMemo | None
         rows, model = [run.row(f) for run, f in zip(runs, asks)], runs[0].model
         logits = model.forward_rows(rows) if memo is None else memo.forward_rows(model, rows)
     return [None if out is None else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
+
+
+def answer_forwards(runs: list[_Run], asks: list[Forward], logits: list[torch.Tensor | None]) -> list[Decision | None]:
+    """Each row's answer to its forward: the rule's `Decision` for a decode forward, all rows decided at once
+    (`llada.decide`), None for a cache forward."""
+    decode = [i for i, ask in enumerate(asks) if ask.logits]
+    answers: list[Decision | None] = [None] * len(asks)
+    if decode:
+        with torch.inference_mode():
+            decided = decide([runs[i] for i in decode], [Window(asks[i].lo, asks[i].hi) for i in decode],
+                             [logits[i] for i in decode])
+        for i, decision in zip(decode, decided):
+            answers[i] = decision
+    return answers
 
 
 Loop = Generator["Forward | StepRecord", "Decision | None", None]  # yields asks and records, is sent decisions
@@ -283,15 +297,7 @@ class BatchDecoder:
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
-            logits = run_forwards(runs, asks, self.memo)
-            decode = [i for i, ask in enumerate(asks) if ask.logits]
-            answers: list[Decision | None] = [None] * len(asks)  # a cache forward is answered with None
-            if decode:
-                with torch.inference_mode():
-                    decided = decide([runs[i] for i in decode], [Window(asks[i].lo, asks[i].hi) for i in decode],
-                                     [logits[i] for i in decode])
-                for i, decision in zip(decode, decided):
-                    answers[i] = decision
+            answers = answer_forwards(runs, asks, run_forwards(runs, asks, self.memo))
             for row, answer in zip(list(self.active), answers):
                 row.ask = None
                 row.forwards += 1
