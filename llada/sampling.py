@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 
@@ -35,15 +33,21 @@ def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, -torch.inf)
 
 
+CHUNK = 1 << 22  # greedy_rows takes the softmax of at most this many logits at once (16 MiB in fp32)
+
+
 def greedy_rows(logits: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Greedy (x0, p) of several (T_i, V) logits at once, each as `sample_tokens` gives it alone: the
     softmax and the max work row by row, so rows side by side change nothing. Logits that lie in one
-    stretch of one tensor (a row-batched forward's) are read there, without a copy."""
+    stretch of one tensor (a row-batched forward's) are read there, without a copy, `CHUNK` logits at a
+    time (a large vocabulary's softmax is not held for every row at once); others one tensor at a time."""
     region, offsets = _shared_region(logits)
     if region is None:
-        region = torch.cat(logits)
-        offsets = [0, *itertools.accumulate(t.shape[0] for t in logits)][:-1]
-    p, x0 = torch.softmax(region.float(), dim=-1).max(dim=-1)  # (rows,) each
+        return [sample_tokens(t) for t in logits]
+    step = max(1, CHUNK // region.shape[1])
+    parts = [torch.softmax(region[a:a + step].float(), dim=-1).max(dim=-1) for a in range(0, region.shape[0], step)]
+    p, x0 = (parts[0].values, parts[0].indices) if len(parts) == 1 else \
+        (torch.cat([part.values for part in parts]), torch.cat([part.indices for part in parts]))  # (rows,) each
     return [(x0[at:at + t.shape[0]], p[at:at + t.shape[0]]) for t, at in zip(logits, offsets)]
 
 

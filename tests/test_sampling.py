@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from llada import sampling
 from llada.sampling import greedy_rows, sample_tokens
 
 
@@ -35,9 +36,9 @@ def test_same_seed_same_tokens():
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("in_place", [True, False])
-def test_greedy_rows_together_equal_each_alone(threads, in_place):
-    """Rows of one forward's logits (read in place, out of order, one row skipped) or separate tensors
-    (joined): x0 and p bit for bit those of each alone, ties on the max included."""
+def test_greedy_rows_together_equal_each_alone(threads, in_place, monkeypatch):
+    """Rows of one forward's logits (read in place, out of order, one row skipped; in one softmax or in
+    chunks) or separate tensors: x0 and p bit for bit those of each alone, ties on the max included."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -45,9 +46,11 @@ def test_greedy_rows_together_equal_each_alone(threads, in_place):
         logits = (torch.randint(-6, 7, (7 * 32 + 3, 1024), generator=gen) / 2).float()  # many equal maxima
         spans = [(64, 96), (0, 32), (160, 224), (32, 64)]  # rows 96-160 and the tail are not asked for
         parts = [logits[a:b] if in_place else logits[a:b].clone() for a, b in spans]
-        together = greedy_rows(parts)
-        for part, (x0, p) in zip(parts, together):
-            alone_x0, alone_p = sample_tokens(part.clone())
-            assert torch.equal(x0, alone_x0) and torch.equal(p, alone_p)
+        for chunk in (1 << 22, 3000):  # one softmax over the rows, or 2 rows at a time
+            monkeypatch.setattr(sampling, "CHUNK", chunk)
+            together = greedy_rows(parts)
+            for part, (x0, p) in zip(parts, together):
+                alone_x0, alone_p = sample_tokens(part.clone())
+                assert torch.equal(x0, alone_x0) and torch.equal(p, alone_p)
     finally:
         torch.set_num_threads(before)
