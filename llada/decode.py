@@ -44,7 +44,6 @@ import torch
 from .config import DecodeConfig, padded_length
 from .decide import Decision, Window, decide
 from .graphs import graph_ready, keep_step_graphs, step_graphs
-from .heap import keep_freed_memory
 from .model import LLaDA2MoE, Row, block_causal_mask
 from .trace import Change, StepRecord, Trace
 
@@ -243,8 +242,6 @@ class BatchDecoder:
             raise ValueError(f"max_batch must be a positive integer or None, got {self.max_batch!r}")
         if self.forward in ("static", "graph") and self.max_batch != 1:
             raise ValueError(f"forward={self.forward!r} decodes one run at a time: use max_batch=1 or 'dynamic'")
-        if self.model.device.type == "cpu":
-            keep_freed_memory()  # a forward's buffers come from the heap, not from fresh pages (`llada.heap`)
 
     def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue: MayContinue | None = None) -> int:
         """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit.

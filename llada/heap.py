@@ -6,12 +6,13 @@ heap top back to the kernel, so the next forward touches fresh pages and the ker
 ~350,000 page faults and 0.5 s of system time in the explorer's default grid, 7 % of its CPU time.
 With both thresholds raised (`mallopt`), the same memory is reused: 57,000 faults, the same peak RSS.
 A batch of 8 rows of the shipped model (`llada.bench batch`, 96 rows) faulted 5,600-7,800 times a pass
-of 28 rounds (1 row: 5), none once the thresholds are raised.
+of 28 rounds (1 row: 5), none once the thresholds are raised, and ran about 5% faster; but a batch of 32
+rows of the random 86 M model (157,184-token vocabulary) ran about 10% slower with them (37-42 against
+45-46 tokens/s, depending on what the heap held before), so decoding does not raise them by itself.
 
-Called once per process by every CPU `BatchDecoder` (so every decode on the CPU: the app, `llada.bench`,
-the evaluation) and by the command lines that decode many rows, never at import. Left alone where the C
-library is not glibc, where the environment already sets glibc's malloc tunables, or with
-`LLADA_KEEP_FREED_MEMORY=0`.
+Called once per process by the command lines that decode many rows of the shipped model (`llada.eval`,
+`llada.eval.sweep`), never at import. Left alone where the C library is not glibc, where the environment
+already sets glibc's malloc tunables, or with `LLADA_KEEP_FREED_MEMORY=0`.
 """
 
 from __future__ import annotations
