@@ -77,7 +77,8 @@ class _Run:
         self.first = self.P // B
         with torch.inference_mode():  # these tensors are only ever written inside inference mode
             self.x = torch.full((1, self.n_blocks * B), mask_id, dtype=torch.long, device=model.device)
-            self.x[0, :self.P] = torch.tensor(prompt, dtype=torch.long)
+            self.seq = self.x[0]  # (L,) the sequence, a view of x
+            self.seq[:self.P] = torch.tensor(prompt, dtype=torch.long)
             path = resolve_forward(forward, model, cfg)
             # static paths: a KV cache and graphs kept from an earlier run of this shape, when one is free
             self.static = None if path == "dynamic" else step_graphs(model, self.n_blocks * B, B, path == "graph")
@@ -100,9 +101,9 @@ class _Run:
                 groups = (torch.arange(f.lo, f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
                 keys = torch.cat([torch.full((f.lo,), -1, device=groups.device), groups])
                 mask = block_causal_mask(groups, keys)
-            return Row(self.x[0, f.lo:f.hi], f.lo, mask, self.cache, f.logits)
+            return Row(self.seq[f.lo:f.hi], f.lo, mask, self.cache, f.logits)
         groups = (torch.arange(f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
-        return Row(self.x[0, :f.hi], 0, block_causal_mask(groups), None, f.logits)
+        return Row(self.seq[:f.hi], 0, block_causal_mask(groups), None, f.logits)
 
     def seconds(self) -> float:
         return time.perf_counter() - self.resumed
@@ -118,7 +119,7 @@ def run_forwards(runs: list[_Run], asks: list[Forward], memo: ForwardMemo | None
             return [run.static(run.x[:, f.lo:f.hi], f.lo, f.hi, f.groups_hi)]
         rows, model = [run.row(f) for run, f in zip(runs, asks)], runs[0].model
         logits = model.forward_rows(rows) if memo is None else memo.forward_rows(model, rows)
-    return [None if out is None else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
+    return [out if out is None or out.shape[0] == f.hi - f.lo else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
 
 
 def answer_forwards(runs: list[_Run], asks: list[Forward], logits: list[torch.Tensor | None]) -> list[Decision | None]:
@@ -159,7 +160,7 @@ def _step(run: _Run, block: int, lo: int, block_step: int, d: Decision) -> StepR
         raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
                               f"(block {block}): its weights are broken or overflow in this dtype")
     with torch.inference_mode():
-        run.x[0, lo:hi] = d.tokens
+        run.seq[lo:hi] = d.tokens
     run.decode_forwards += 1
     old, new, conf = d.old, d.new, d.conf
     had_masks = run.mask_id in old[a0 - lo:]
@@ -179,14 +180,16 @@ def _decode_block(run: _Run, block: int) -> Loop:
     lo = max(run.first, block - cfg.mbe_window) * B if cfg.mbe else block * B
     yield from _fill_cache(run, lo, "prefill" if run.decode_forwards == 0 else "refresh", block)
     post, block_step, saw_final = 0, 0, False
+    masks = bool((run.seq[block * B:(block + 1) * B] == run.mask_id).any())  # then from each decision's list
     while True:
-        if not bool((run.x[0, block * B:(block + 1) * B] == run.mask_id).any()):
+        if not masks:
             post += 1
         if post > cfg.max_post_steps:
             break
         block_step += 1
         decision = yield Forward(lo, (block + 1) * B, lo // B)
         record = _step(run, block, lo, block_step, decision)
+        masks = run.mask_id in decision.after[block * B - lo:]
         yield record
         if record.phase == "verify" and not record.edits and not record.mbe_edits:
             saw_final = True
@@ -196,8 +199,10 @@ def _decode_block(run: _Run, block: int) -> Loop:
 
 
 def _eos_stop(run: _Run, block: int) -> bool:
-    gen = run.x[0, run.P:(block + 1) * run.cfg.block_length]
-    return bool(run.cfg.eos_early_stop and not (gen == run.mask_id).any() and (gen == run.eos_id).any())
+    if not run.cfg.eos_early_stop:
+        return False
+    gen = run.seq[run.P:(block + 1) * run.cfg.block_length].tolist()
+    return run.mask_id not in gen and run.eos_id in gen
 
 
 def loop(run: _Run) -> Loop:

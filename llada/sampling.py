@@ -41,14 +41,24 @@ def greedy_rows(logits: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Te
     softmax and the max work row by row, so rows side by side change nothing. Logits that lie in one
     stretch of one tensor (a row-batched forward's) are read there, without a copy, `CHUNK` logits at a
     time (a large vocabulary's softmax is not held for every row at once); others one tensor at a time."""
+    joined = greedy_joined(logits)
+    if joined is None:
+        return [sample_tokens(t) for t in logits]
+    x0, p, offsets = joined
+    return [(x0[at:at + t.shape[0]], p[at:at + t.shape[0]]) for t, at in zip(logits, offsets)]
+
+
+def greedy_joined(logits: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[int]] | None:
+    """`greedy_rows` of logits that share one stretch of one tensor: x0, p (rows of the stretch,) and where
+    each logits' rows start in them; None when they do not share one."""
     region, offsets = _shared_region(logits)
     if region is None:
-        return [sample_tokens(t) for t in logits]
+        return None
     step = max(1, CHUNK // region.shape[1])
     parts = [torch.softmax(region[a:a + step].float(), dim=-1).max(dim=-1) for a in range(0, region.shape[0], step)]
     p, x0 = (parts[0].values, parts[0].indices) if len(parts) == 1 else \
         (torch.cat([part.values for part in parts]), torch.cat([part.indices for part in parts]))  # (rows,) each
-    return [(x0[at:at + t.shape[0]], p[at:at + t.shape[0]]) for t, at in zip(logits, offsets)]
+    return x0, p, offsets
 
 
 def _shared_region(logits: list[torch.Tensor]) -> tuple[torch.Tensor | None, list[int]]:
