@@ -9,7 +9,7 @@ from llada import model as model_module
 from llada import row_exact
 from llada.bench.__main__ import main
 from llada.bench.batch import workload
-from llada.bench.split import first_windows, products_skipped
+from llada.bench.split import first_windows, product_flops, products_skipped
 
 
 def test_split_bench_writes_its_report(tmp_path, capsys):
@@ -21,7 +21,10 @@ def test_split_bench_writes_its_report(tmp_path, capsys):
     for size in report["sizes"]:
         assert size["tokens"] == 32 * size["batch"] and size["forward_ms"] > 0 and size["other_ms"] > 0
         assert abs(size["forward_ms"] - size["products_ms"] - size["other_ms"]) < 0.01
-    assert report["sizes"][0]["products_vs_first"] == 1.0 and "products" in capsys.readouterr().out
+        assert size["products_gflop"] > 0 and size["products_gflop_per_s"] > 0
+    assert report["sizes"][1]["products_gflop"] > report["sizes"][0]["products_gflop"]
+    assert report["large_product_gflop_per_s"] > 0
+    assert report["sizes"][0]["products_vs_first"] == 1.0 and "GFLOP/s" in capsys.readouterr().out
 
 
 def test_skipping_the_products_changes_the_forward_and_is_undone():
@@ -41,3 +44,24 @@ def test_skipping_the_products_changes_the_forward_and_is_undone():
 def test_split_bench_refuses_a_bad_count():
     with pytest.raises(SystemExit):
         main(["split", "--repeats", "0"])
+
+
+def test_product_flops_count_the_projections_of_a_forward():
+    """One row of 32 tokens: the count holds the dense layers' and output layer's products exactly (2 N K O
+    each) and the experts' on top, and leaves the model's products as they were."""
+    model, prompts, cfg, mask_id, eos_id = workload("embedded", 1, "S", torch.device("cpu"))
+    c = model.config
+    before = model_module.tile_product
+    flops = product_flops(model, first_windows(model, prompts, cfg, mask_id, eos_id))
+    assert model_module.tile_product is before
+    N, H = 32, c.hidden_size
+    qkv = H * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+    attention = 2 * N * (qkv + c.num_attention_heads * c.head_dim * H) * c.num_hidden_layers
+    dense_ffn = 2 * N * 3 * H * c.intermediate_size
+    moe_layers = c.num_hidden_layers - c.first_k_dense_replace
+    shared = 2 * N * 3 * H * c.moe_intermediate_size * c.num_shared_experts * moe_layers
+    router = 2 * N * H * c.num_experts * moe_layers
+    known = attention + c.first_k_dense_replace * dense_ffn + shared + 2 * N * H * c.vocab_size
+    experts = flops - known - router
+    per_pair = 2 * 3 * H * c.moe_intermediate_size  # gate, up and down of one (token, expert) pair
+    assert experts >= N * c.num_experts_per_tok * per_pair * moe_layers and experts % per_pair == 0

@@ -6,7 +6,9 @@ again, alternating two ways: as they are, and with every row-exact matrix produc
 projections, the experts, the output layer) skipped (its output left as zeros). The difference is the
 products' time; the rest is everything else (attention with its own two products, norms, routing,
 bookkeeping). One process; the best forward of each run of `--inner`, the median over `--repeats`
-alternations, so a machine whose speed drifts drifts for both ways alike.
+alternations, so a machine whose speed drifts drifts for both ways alike. The products' floating-point
+operations are counted over one forward, and their rate is set beside that of one large product
+(1024 x 1024 x 1024) on the same threads: how close the forward's products run to what the BLAS gives.
 
     python -m llada.bench split [--sizes 1 8] [--repeats 20] [--inner 10] [--threads 2]
 
@@ -35,18 +37,48 @@ from .timing import device_info
 
 
 @contextlib.contextmanager
-def products_skipped():
-    """Inside: `tile_product` (every row-exact matrix product of the model) writes zeros instead."""
+def products_replaced(product):
+    """Inside: `tile_product` (every row-exact matrix product of the model) is `product(x, w_t, out=None)`."""
     real = model_module.tile_product
+    model_module.tile_product = row_exact_module.tile_product = product  # the experts' name, tiled_matmul's
+    try:
+        yield real
+    finally:
+        model_module.tile_product = row_exact_module.tile_product = real
 
+
+def products_skipped():
+    """Inside: every row-exact matrix product writes zeros instead."""
     def zeros(x, w_t, out=None):
         return out.zero_() if out is not None else x.new_zeros(x.shape[0], w_t.shape[1])
 
-    model_module.tile_product = row_exact_module.tile_product = zeros  # the experts' name, tiled_matmul's
-    try:
-        yield
-    finally:
-        model_module.tile_product = row_exact_module.tile_product = real
+    return products_replaced(zeros)
+
+
+def product_flops(model, rows: list[Row]) -> int:
+    """Floating-point operations of the row-exact matrix products of one `forward_rows(rows)` (padding rows
+    included: they are computed)."""
+    count, real = [0], model_module.tile_product
+
+    def counted(x, w_t, out=None):
+        count[0] += 2 * x.shape[0] * x.shape[1] * w_t.shape[1]
+        return real(x, w_t, out=out)
+
+    with products_replaced(counted), torch.inference_mode():
+        model.forward_rows(rows)
+    return count[0]
+
+
+def large_product_rate(repeats: int = 5) -> float:
+    """GFLOP/s of the best of `repeats` float32 products of 1024 x 1024 by 1024 x 1024 on this machine."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 1024 ** 3 / best / 1e9
 
 
 def first_windows(model, prompts, cfg, mask_id: int, eos_id: int) -> list[Row]:
@@ -77,8 +109,10 @@ def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner
             with products_skipped():
                 rest.append(best_ms(model, rows, inner))
     total, other = statistics.median(whole), statistics.median(rest)
+    flops = product_flops(model, rows)
     return {"batch": size, "tokens": sum(r.ids.shape[0] for r in rows), "forward_ms": round(total, 3),
-            "products_ms": round(total - other, 3), "other_ms": round(other, 3)}
+            "products_ms": round(total - other, 3), "other_ms": round(other, 3), "products_gflop": flops / 1e9,
+            "products_gflop_per_s": round(flops / max(total - other, 1e-6) / 1e6, 1)}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -100,15 +134,18 @@ def main(argv: list[str]) -> int:
     device = torch.device("cpu")
     model, prompts, cfg, mask_id, eos_id = workload("embedded", max(args.sizes), "S", device)
     sizes = [measure(s, model, prompts, cfg, mask_id, eos_id, args.repeats, args.inner) for s in args.sizes]
+    large = round(large_product_rate(), 1)
     base = sizes[0]
     for row in sizes:
         row["products_vs_first"] = round(row["products_ms"] / base["products_ms"], 2)
         row["other_vs_first"] = round(row["other_ms"] / base["other_ms"], 2)
         print(f"B={row['batch']:2d}: forward {row['forward_ms']:.2f} ms = products {row['products_ms']:.2f} "
-              f"+ other {row['other_ms']:.2f}; vs B={base['batch']}: products {row['products_vs_first']}x, "
+              f"({row['products_gflop']:.3f} GFLOP, {row['products_gflop_per_s']:.0f} GFLOP/s) + other "
+              f"{row['other_ms']:.2f}; vs B={base['batch']}: products {row['products_vs_first']}x, "
               f"other {row['other_vs_first']}x")
+    print(f"one 1024 x 1024 x 1024 product: {large:.0f} GFLOP/s on {torch.get_num_threads()} threads")
     report = device_info(device) | {"bench": "split", "threads": torch.get_num_threads(), "repeats": args.repeats,
-                                    "inner": args.inner, "sizes": sizes}
+                                    "inner": args.inner, "large_product_gflop_per_s": large, "sizes": sizes}
     out = Path(args.out or "bench/results/split-cpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
