@@ -9,12 +9,12 @@ from llada import model as model_module
 from llada import row_exact
 from llada.bench.__main__ import main
 from llada.bench.batch import workload
-from llada.bench.split import first_windows, product_flops, products_skipped
+from llada.bench.split import first_windows, product_flops, products_skipped, recorded_routes, routes_kept
 
 
 def test_split_bench_writes_its_report(tmp_path, capsys):
     out = tmp_path / "split.json"
-    assert main(["split", "--sizes", "1", "2", "--repeats", "2", "--inner", "2", "--threads", "1",
+    assert main(["split", "--sizes", "1", "2", "--rows", "4", "--repeats", "2", "--inner", "2", "--threads", "1",
                  "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["bench"] == "split" and [s["batch"] for s in report["sizes"]] == [1, 2]
@@ -41,9 +41,43 @@ def test_skipping_the_products_changes_the_forward_and_is_undone():
     assert torch.count_nonzero(skipped) == 0  # the output layer is a product too
 
 
-def test_split_bench_refuses_a_bad_count():
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--sizes", "8", "--rows", "4"]])
+def test_split_bench_refuses_a_bad_count(argv):
     with pytest.raises(SystemExit):
-        main(["split", "--repeats", "0"])
+        main(["split", *argv])
+
+
+def test_skipped_products_keep_the_real_forwards_experts():
+    """With the products skipped the hidden states are zeros, yet every MoE layer sends the same rows to the
+    same experts as the real forward (again on a second forward), and the router is put back after."""
+    model, prompts, cfg, mask_id, eos_id = workload("embedded", 4, "S", torch.device("cpu"))
+    rows = first_windows(model, prompts, cfg, mask_id, eos_id)
+    seen, real_tiled, real_router = [], model_module.Experts._tiled, model_module.Router.forward
+
+    def tiled(self, x, order, counts, K):
+        seen.append(counts)
+        return real_tiled(self, x, order, counts, K)
+
+    model_module.Experts._tiled = tiled
+    try:
+        routes = recorded_routes(model, rows)
+        seen.clear()
+        with torch.inference_mode():
+            model.forward_rows(rows)
+            real = list(seen)
+            seen.clear()
+            with products_skipped():
+                model.forward_rows(rows)
+            alone = list(seen)
+            seen.clear()
+            with products_skipped(), routes_kept(routes):
+                model.forward_rows(rows)
+                model.forward_rows(rows)
+    finally:
+        model_module.Experts._tiled = real_tiled
+    assert len(routes) == len(real) == 3 and seen == real + real
+    assert alone != real  # zeros alone route every token alike
+    assert model_module.Router.forward is real_router
 
 
 def test_product_flops_count_the_projections_of_a_forward():

@@ -1,16 +1,18 @@
 """Where a row-batched forward's time goes: its matrix products against everything else, per batch size.
 
-For each B in `--sizes`, B held-out items of the shipped model's tasks (as `llada.bench batch` picks
-them, S mode, their first decode window of 32 tokens) run through `LLaDA2MoE.forward_rows` again and
-again, alternating two ways: as they are, and with every row-exact matrix product (`tile_product`: the
-projections, the experts, the output layer) skipped (its output left as zeros). The difference is the
-products' time; the rest is everything else (attention with its own two products, norms, routing,
-bookkeeping). One process; the best forward of each run of `--inner`, the median over `--repeats`
-alternations, so a machine whose speed drifts drifts for both ways alike. The products' floating-point
-operations are counted over one forward, and their rate is set beside that of one large product
-(1024 x 1024 x 1024) on the same threads: how close the forward's products run to what the BLAS gives.
+For each B in `--sizes`, the first B of the `--rows` held-out items that `llada.bench batch --rows`
+decodes (S mode; each item's first decode window of 32 tokens) run through `LLaDA2MoE.forward_rows`
+again and again, alternating two ways: as they are, and with every row-exact matrix product
+(`tile_product`: the projections, the experts, the output layer) skipped (its output left as zeros).
+The routers still run, but hand on the experts of the real forward (zeros alone would send every token
+to the same experts and hide what each used expert costs), so both ways do the same work around the
+products. The difference is the products' time; the rest is everything else (attention with its own
+two products, norms, routing, bookkeeping). One process; the best forward of each run of `--inner`, the
+median over `--repeats` alternations, so a machine whose speed drifts drifts for both ways alike. The
+products' floating-point operations are counted over one forward, and their rate is set beside that of
+one large product (1024 x 1024 x 1024) on the same threads: how close they run to what the BLAS gives.
 
-    python -m llada.bench split [--sizes 1 8] [--repeats 20] [--inner 10] [--threads 2]
+    python -m llada.bench split [--sizes 1 8] [--rows 96] [--repeats 20] [--inner 10] [--threads 2]
 
 Batching pays where a part grows more slowly than B: when the products grow by more than B / 3 from
 B = 1 to B, they alone keep batching's gain under 3x, and only the rest can lift it.
@@ -53,6 +55,42 @@ def products_skipped():
         return out.zero_() if out is not None else x.new_zeros(x.shape[0], w_t.shape[1])
 
     return products_replaced(zeros)
+
+
+def recorded_routes(model, rows: list[Row]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every router's (expert ids, weights) of one `forward_rows(rows)`, in call order."""
+    routes, real = [], model_module.Router.forward
+
+    def recording(router, h):
+        out = real(router, h)
+        routes.append(out)
+        return out
+
+    model_module.Router.forward = recording
+    try:
+        with torch.inference_mode():
+            model.forward_rows(rows)
+    finally:
+        model_module.Router.forward = real
+    return routes
+
+
+@contextlib.contextmanager
+def routes_kept(routes: list[tuple[torch.Tensor, torch.Tensor]]):
+    """Inside: each router call computes as usual, then hands on the next of `routes` (round and round)."""
+    real, at = model_module.Router.forward, [0]
+
+    def kept(router, h):
+        real(router, h)
+        out = routes[at[0] % len(routes)]
+        at[0] += 1
+        return out
+
+    model_module.Router.forward = kept
+    try:
+        yield
+    finally:
+        model_module.Router.forward = real
 
 
 def product_flops(model, rows: list[Row]) -> int:
@@ -101,12 +139,13 @@ def best_ms(model, rows: list[Row], inner: int) -> float:
 
 def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner: int) -> dict:
     rows = first_windows(model, prompts[:size], cfg, mask_id, eos_id)
+    routes = recorded_routes(model, rows)
     whole, rest = [], []
     with torch.inference_mode():
         best_ms(model, rows, inner)  # warm-up
         for _ in range(repeats):
             whole.append(best_ms(model, rows, inner))
-            with products_skipped():
+            with products_skipped(), routes_kept(routes):
                 rest.append(best_ms(model, rows, inner))
     total, other = statistics.median(whole), statistics.median(rest)
     flops = product_flops(model, rows)
@@ -118,6 +157,7 @@ def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llada.bench split", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--rows", type=int, default=96, help="the batch bench's workload to take the rows from (default 96)")
     parser.add_argument("--repeats", type=int, default=20, help="alternations of the two ways (default 20)")
     parser.add_argument("--inner", type=int, default=10, help="forwards per alternation, best kept (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
@@ -125,6 +165,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.sizes) < 1 or args.repeats < 1 or args.inner < 1:
         parser.error("--sizes, --repeats and --inner must be positive")
+    if args.rows < max(args.sizes):
+        parser.error(f"--rows {args.rows} is fewer than the largest size {max(args.sizes)}")
     return args
 
 
@@ -132,7 +174,7 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    model, prompts, cfg, mask_id, eos_id = workload("embedded", max(args.sizes), "S", device)
+    model, prompts, cfg, mask_id, eos_id = workload("embedded", args.rows, "S", device)
     sizes = [measure(s, model, prompts, cfg, mask_id, eos_id, args.repeats, args.inner) for s in args.sizes]
     large = round(large_product_rate(), 1)
     base = sizes[0]
@@ -145,7 +187,7 @@ def main(argv: list[str]) -> int:
               f"other {row['other_vs_first']}x")
     print(f"one 1024 x 1024 x 1024 product: {large:.0f} GFLOP/s on {torch.get_num_threads()} threads")
     report = device_info(device) | {"bench": "split", "threads": torch.get_num_threads(), "repeats": args.repeats,
-                                    "inner": args.inner, "large_product_gflop_per_s": large, "sizes": sizes}
+                                    "inner": args.inner, "rows": args.rows, "large_product_gflop_per_s": large, "sizes": sizes}
     out = Path(args.out or "bench/results/split-cpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
