@@ -8,7 +8,7 @@ While each runs, every frame the live canvas draws is measured; then the finishe
 scrubbed to (step 0: the prompt and its masks, the steps between: drafts and edits). A text's contrast
 is its computed colour against its ancestors' computed backgrounds composited down to the first opaque
 one (tests/contrast.py); the failure names the state, the ratio and where it was seen.
-Screenshots: tests/artifacts/contrast-canvas-{light,dark}.png (not versioned).
+Screenshots: tests/artifacts/contrast-{mbe,careful,ghost}-{light,dark}.png (not versioned).
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ def open_page(browser, app_url, theme: str):
     return page
 
 
+def shot(label: str) -> str:
+    return label.split()[0].lower()
+
+
 def stage(page, name: str) -> None:
     page.evaluate(f"window.contrastStage = {name!r}")
 
@@ -101,9 +105,10 @@ def test_every_token_state_reads_at_aa_through_a_run(browser, app_url, theme):
     page.evaluate(WATCH_JS)
     for label in EXAMPLES:
         steps = run_example(page, label)
-        if label.startswith("MBE"):
-            page.locator("#canvas").screenshot(path=str(ARTIFACTS / f"contrast-canvas-{theme}.png"))
+        page.locator("#canvas").screenshot(path=str(ARTIFACTS / f"contrast-{shot(label)}-{theme}.png"))
         scrub_every_step(page, label, steps)
+    page.evaluate(SCRUB_JS, 1)  # the careful run's first step: drafts, and ghosts in the masks left
+    page.locator("#canvas").screenshot(path=str(ARTIFACTS / f"contrast-ghost-{theme}.png"))
     seen, frames = page.evaluate("window.contrastSeen"), page.evaluate("window.contrastFrames")
     page.context.close()
     print(theme, frames, {name: f"{r:.2f} ({where})" for name, (r, where) in sorted(seen.items())})

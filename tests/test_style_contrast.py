@@ -65,10 +65,9 @@ def ratios(sheet: Sheet, ghost: str | None = None) -> dict[str, float]:
                     check(f"{state} replaced text", old, *under, top)
                 if state in WRITTEN:
                     check(f"{state} ×N", count, *under, top)
-    for state, _ in (("draft", 0), ("edit", 0), ("mbe", 0), ("prompt", 0), ("mask", 0)):
+    for state in ("prompt", "mask", "draft", "edit", "mbe"):  # the legend's keys: no --p, a full wash
         check(f"{state} key", ink, wash(sheet, f'[data-state="{state}"]', None))
     check("stable key", ink, wash(sheet, '.key[data-state="stable"]', None))
-    check("mask key", ink, wash(sheet, '[data-state="mask"]', None))
     ghost_ink = sheet.colour(ghost or sheet.get(".tok .ghost", "color"))
     check("ghost text", ghost_ink, act, wash(sheet, '[data-state="mask"]', None))  # a ghost: active block only
     return seen
