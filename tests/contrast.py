@@ -151,7 +151,7 @@ class Sheet:
     def get(self, selector: str, prop: str) -> str:
         return self.rules[selector][prop]
 
-    def with_props(self, **props: str) -> "Sheet":
+    def with_props(self, **props: str) -> Sheet:
         """The same sheet with more custom properties (names in Python spelling: wash_base -> --wash-base)."""
         return Sheet(self.props | {k.replace("_", "-"): v for k, v in props.items()}, self.rules)
 
@@ -159,7 +159,7 @@ class Sheet:
 def rules(css: str) -> dict[str, dict[str, str]]:
     """selector -> declarations of every plain rule (rules inside @media blocks read as if outside them:
     callers ask for selectors that no @media block holds)."""
-    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.DOTALL)
     out: dict[str, dict[str, str]] = {}
     for head, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css):
         decls = {}
@@ -213,7 +213,7 @@ TEXT_CONTRAST_JS = """
 # text made only of whitespace glyphs (decoration, drawn faint on purpose) is left out
 CANVAS_CONTRAST_JS = """
 (canvas) => {
-  const contrast = %s;
+  const contrast = TEXT_CONTRAST;
   const shown = (el) => [...el.childNodes].filter(n => !(n.classList && n.classList.contains('ws')))
                                           .map(n => n.textContent).join('').trim() !== '';
   const PART = {txt: 'text', new: 'text', old: 'replaced text', ghost: 'text'};
@@ -232,4 +232,4 @@ CANVAS_CONTRAST_JS = """
   }
   return seen;
 }
-""" % TEXT_CONTRAST_JS.strip()
+""".replace("TEXT_CONTRAST", TEXT_CONTRAST_JS.strip())

@@ -26,7 +26,7 @@ STATES = {"prompt", "mask", "draft", "edit", "mbe", "stable", "ghost"}
 # window.contrastSeen: {name: [lowest ratio, where]} over every measure; window.contrastStage names the
 # stage; a measure runs once per drawn frame in which the canvas changed, and at once when asked
 WATCH_JS = """() => {
-  const measure = %s;
+  const measure = CANVAS_CONTRAST;
   window.contrastSeen = {};
   window.contrastFrames = {};
   window.contrastMeasure = () => {
@@ -44,7 +44,7 @@ WATCH_JS = """() => {
     requestAnimationFrame(() => { queued = false; window.contrastMeasure(); });
   }).observe(document.querySelector('#canvas-box'), {subtree: true, childList: true, attributes: true,
                                                       characterData: true});
-}""" % CANVAS_CONTRAST_JS.strip()
+}""".replace("CANVAS_CONTRAST", CANVAS_CONTRAST_JS.strip())
 
 # the scrubber's input event: the browser draws the step itself (assets/scrub.js), no server round trip
 SCRUB_JS = """(k) => {
