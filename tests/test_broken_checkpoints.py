@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from llada.__main__ import main
-from llada.checkpoint import CheckpointError
+from llada.weights.checkpoint import CheckpointError
 from llada.decode import NonFiniteLogits
 from llada.pipeline import Pipeline
 

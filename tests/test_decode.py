@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from llada.checkpoint import load_model
+from llada.weights.checkpoint import load_model
 from llada.config import DecodeConfig
 from llada.decode import NonFiniteLogits, decode, generate
 from llada.trace import Trace
