@@ -1,4 +1,7 @@
-"""The LLaDA2 MoE forward pass, whole, in one file.
+"""The LLaDA2 MoE forward pass: every layer of the model in this file, its three leaves beside it.
+
+The leaves are imported from their own modules (this one re-exports nothing): RMSNorm and RoPE
+(`llada.norm_rope`), the KV cache (`llada.kv_cache`), the row-exact products (`llada.row_exact`).
 
 A pre-norm transformer whose attention is *block-causal*: the sequence is cut into blocks of
 `block_length` tokens from position 0, and a query in block b sees every key in blocks 0..b

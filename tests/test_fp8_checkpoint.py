@@ -117,7 +117,7 @@ def test_the_command_writes_once_and_refuses_in_one_error_line(tmp_path, fixture
 MEASURE = """
 import json, sys
 from pathlib import Path
-from llada import fp8_checkpoint  # imports first: the baseline is a process ready to convert
+from llada.weights import fp8_checkpoint  # imports first: the baseline is a process ready to convert
 
 
 def rss(field):

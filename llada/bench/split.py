@@ -32,7 +32,7 @@ import torch
 
 from .. import model as model_module
 from .. import row_exact as row_exact_module
-from ..decode import Run
+from ..loop import Run
 from ..model import RowInput
 from .batch import workload
 from .timing import device_info
