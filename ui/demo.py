@@ -55,7 +55,7 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
                 learn_parts = learn.build_view(recordings)
             with gr.Tab("Score | TPF", id="explorer") as explorer_tab:
                 explorer_parts = explorer.build_view(models)
-        learn.wire(recordings, learn_parts)
+        learn.wire(learn_parts)
         targets = SimpleNamespace(**{name: getattr(c, name) for name in LOADS})
         explorer.wire(models, explorer_parts, targets, tabs, tab=explorer_tab)
         playground.wire_api(models, playground_view.api_inputs(), trace)
