@@ -28,6 +28,11 @@ def stopped() -> gr.Timer:
     return gr.Timer(active=False)
 
 
+def pause() -> gr.Timer:
+    """*pause* pressed (or a run started): the replay stops where it is."""
+    return stopped()
+
+
 @dataclass(frozen=True)
 class Replay:
     """What a tab replays: `traces` (none: nothing on screen) and `draw`, step -> its `width` components' frames."""

@@ -259,6 +259,6 @@ def wire(view: LessonView) -> None:
     view.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
     view.step.input(on(scrub), [view.run, view.step], view.timer, trigger_mode="always_last", **private)
     view.play.click(on(play), [view.run, view.step], playing, **private)
-    view.pause.click(player.stopped, None, view.timer, **private)
+    view.pause.click(player.pause, None, view.timer, **private)
     view.timer.tick(on(tick), [view.run, view.step], playing, **private)
     view.next_edit.click(on(next_edit), [view.run, view.step], playing, **private)

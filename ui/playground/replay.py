@@ -58,10 +58,6 @@ def teach(trace: Trace | None, slow, ghost) -> tuple:
     return render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
 
 
-def pause() -> gr.Timer:
-    return player.stopped()
-
-
 def replay_of(trace: Trace | None, ghost: bool) -> player.Replay:
     """The run on the canvas, for the shared player (ui/player.py): one component, the canvas."""
     return player.Replay((trace,) if trace is not None else (), lambda k: (render(trace, k, ghost),), width=1)
