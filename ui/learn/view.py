@@ -224,28 +224,32 @@ def scrub(lessons: dict[str, Recording], title, step) -> gr.Timer:
 
 @refusing
 def play(lessons: dict[str, Recording], title, step) -> tuple:
+    """*play*: (canvas, second canvas, narration, step, timer) from `step`, or from 0 at the end."""
     rec, step = lesson_of(lessons, title), check_step(step)
     return player.play(on_screen(rec), step, gr.Timer(STEP_SECONDS, active=True))
 
 
 @refusing
 def tick(lessons: dict[str, Recording], title, step) -> tuple:
+    """The timer's tick: one step on; the timer stops at the lesson's last step."""
     rec, step = lesson_of(lessons, title), check_step(step)
     return player.tick(on_screen(rec), step)
 
 
 @refusing
 def next_edit(lessons: dict[str, Recording], title, step) -> tuple:
+    """*next edit*: the first later step where either run edited something; a lesson that plays stops."""
     rec, step = lesson_of(lessons, title), check_step(step)
     return player.next_edit(on_screen(rec), step)
 
 
 def _for(lessons: dict[str, Recording], handler):
-    """`handler` with this page's lessons given first, under the handler's own name and module (the page's
-    client and the tests know an event by them); its signature is left open, as Gradio reads it."""
+    """`handler` with this page's lessons given first, under the handler's own name and module (Gradio, the
+    page's client and the tests know an event by them). Gradio reads the event's signature, `(*args)`: the
+    event's inputs, which `handler` takes after the lessons."""
     def event(*args):
         return handler(lessons, *args)
-    event.__name__, event.__qualname__, event.__module__ = handler.__name__, handler.__qualname__, __name__
+    event.__name__, event.__qualname__, event.__module__ = handler.__name__, handler.__qualname__, handler.__module__
     event.__doc__ = handler.__doc__
     return event
 
