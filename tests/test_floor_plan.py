@@ -4,7 +4,8 @@ Every `import` statement counts, wherever it is (module level, inside a function
 `if __name__ == "__main__"`): a circle closed only by a command-line entry point is still a circle.
 The rules (README, "Files"): the engine (`llada/`) never imports `ui`, `gradio` or `plotly`; the tab
 folders `ui/playground/`, `ui/learn/` and `ui/explorer/` never import each other; the renderers in
-`ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder; training (`llada/train/`) and evaluation (`llada/eval/`)
+`ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder; the
+measurements in `ui/bench/` drive the app, so they may import the tabs, and nothing outside them imports them; training (`llada/train/`) and evaluation (`llada/eval/`)
 both read their tasks and code from `llada/data/` and never import each other, with no exception: the
 training command's last steps (evaluate the saved model, write its card) live above both, in `llada/card/`.
 The engine is a flat core (`llada/*.py`, at most 16 modules) with two wings: the fast paths (`llada/fast/`:
@@ -29,6 +30,7 @@ WINGS = ("llada.fast", "llada.weights")
 ABOVE_WINGS = ("llada.loop", "llada.decode", "llada.pipeline")
 ABOVE_KERNELS = ("llada.fast.engine", "llada.fast.layers", "llada.fast.graphs", "llada.fast.quantize")
 MAX_CORE_MODULES = 16
+BENCH = "ui.bench"  # measurements of the app: they may import the tabs, and the app never imports them
 
 
 def module_name(path: Path) -> str:
@@ -134,7 +136,9 @@ def broken_rules(edges: dict[str, set[str]], third_party: dict[str, set[str]]) -
                 out.append(f"{name} (engine) imports {target}")
             elif layer_rule(name, target):
                 out.append(layer_rule(name, target))
-            elif other and other != tab and name not in WIRING:
+            elif in_package(target, BENCH) and not in_package(name, BENCH):
+                out.append(f"{name} imports {target}: the measurements in ui/bench/ are not part of the app")
+            elif other and other != tab and name not in WIRING and not in_package(name, BENCH):
                 out.append(f"{name} imports {target}: only ui/demo.py puts the tabs together")
         banned = {"gradio", "plotly"} if name.startswith("llada") else {"gradio"} if name.startswith("ui.render") \
             else set()
@@ -182,6 +186,9 @@ def test_a_circle_is_found():
                                          (("ui.frame", "ui.explorer.view"), "only ui/demo.py"),
                                          (("ui.render.canvas", "ui.learn.lessons"), "only ui/demo.py"),
                                          (("llada.decode", "ui.frame"), "(engine) imports"),
+                                         (("ui.playground.run", "ui.bench.soak"), "not part of the app"),
+                                         (("ui.demo", "ui.bench"), "not part of the app"),
+                                         (("llada.bench.decode", "ui.bench.soak"), "(engine) imports"),
                                          (("llada.train.data", "llada.eval.harness"), "(training) imports"),
                                          (("llada.train.loop", "llada.eval"), "(training) imports"),
                                          (("llada.eval.harness", "llada.train.loop"), "(evaluation) imports"),
@@ -258,6 +265,13 @@ def test_the_card_sits_above_training_and_evaluation():
     assert "llada.card.command" in edges["llada.train.__main__"]  # `python -m llada.train` ends with the card
     assert not any(in_package(t, "llada.card") for name in edges for t in edges[name]
                    if in_package(name, "llada.eval") or in_package(name, "llada.data"))
+
+
+def test_the_measurements_may_drive_the_tabs():
+    edges = {"ui.bench.overhead": {"ui.playground.run", "ui.bench.soak"}, "ui.bench.soak": set(),
+             "ui.playground.run": set()}
+    assert broken_rules(edges, {name: set() for name in edges}) == []
+    assert "ui.playground.run" in graph()["ui.bench.overhead"]  # the rule above is the one the code needs
 
 
 def test_a_renderer_importing_gradio_is_found():

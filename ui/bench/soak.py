@@ -1,4 +1,4 @@
-"""Does the server's memory stay flat? `python -m ui.soak --minutes 30 --visitors 4 [--model DIR]`.
+"""Does the server's memory stay flat? `python -m ui.bench.soak --minutes 30 --visitors 4 [--model DIR]`.
 
 Starts the playground (`app.py`) in a child process and lets `--visitors` simulated visitors use it the way the
 page does, each visit a new session (raw HTTP to Gradio's queue, the page's own events found in its config
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SESSIONS_ENV = "LLADA_SESSIONS"  # how many sessions the app keeps (ui.demo.SESSIONS)
 PROMPTS = ["176+771=", "sort 78505685=", "reverse sun tree snow door:", "def inc(tuyul):\n", "hello there",
            "def add(a, b):"]

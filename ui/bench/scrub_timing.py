@@ -1,4 +1,4 @@
-"""How long a scrub takes to show: `python -m ui.playground.scrub_timing [--tab TAB] [--scrubs 40] [--json]`.
+"""How long a scrub takes to show: `python -m ui.bench.scrub_timing [--tab TAB] [--scrubs 40] [--json]`.
 
 Serves the playground (`app.py`, in a child process, on the embedded model unless `--model DIR` says otherwise),
 opens it in headless Chromium (Playwright, from requirements-dev.txt) and puts a finished replay on screen,
@@ -25,7 +25,7 @@ from contextlib import closing
 from typing import NamedTuple
 
 from .. import ASSETS
-from ..soak import serve
+from .soak import serve
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]

@@ -1,4 +1,4 @@
-"""What watching costs: `python -m ui.playground.bench [--model DIR]`.
+"""What watching costs: `python -m ui.bench.overhead [--model DIR]`.
 
 Times the same decode three ways on one model and prompt:
 
@@ -16,8 +16,8 @@ import statistics
 import time
 
 from ..models import DEFAULT_MODEL, Models
+from ..playground.run import generate_ui
 from ..settings import check_request
-from .run import generate_ui
 
 
 def bare_seconds(pipe, prompt: str, mode: str, block_length: int, gen_length: int) -> tuple[float, dict]:

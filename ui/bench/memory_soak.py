@@ -1,9 +1,9 @@
 """Does the server's memory stay flat under visitors? Two measurements, one JSON each.
 
-    python -m ui.memory_soak soak --minutes 30 --visitors 4 --out bench/results/memory-soak.json
-    python -m ui.memory_soak visits --visits 40 --out /tmp/visits.json
+    python -m ui.bench.memory_soak soak --minutes 30 --visitors 4 --out bench/results/memory-soak.json
+    python -m ui.bench.memory_soak visits --visits 40 --out /tmp/visits.json
 
-`soak` is `python -m ui.soak` (the app in a child process, simulated visitors, each visit a new session that
+`soak` is `python -m ui.bench.soak` (the app in a child process, simulated visitors, each visit a new session that
 runs, scrubs, exports, compares, calls `/generate` and closes its tab) with every RSS sample and the verdict
 written to `--out`: after warm-up (the first `--warmup` share of the samples) the mean RSS of the last third
 must be within `--tolerance` of the first third's. RSS is what the machine sees, but it moves with the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import soak
-from .sessions import ONE_SHOTS, queue
+from ..sessions import ONE_SHOTS, queue
 
 RETAINED_KIB = 64.0  # per visit, after warm-up: a session's copy of the page alone is ~250 KiB (9-31 KiB measured)
 
@@ -65,8 +65,8 @@ def retained(visits: int = 40, warmup: int = 6, frames: int = 8, model: str | No
 
     Tracing starts `ONE_SHOTS.keep + 1` visits before the count does: a bounded cache that replaces an untraced
     entry with a traced one would otherwise look like growth (the untraced one's release is not counted)."""
-    from .demo import LOOK, build_demo
-    from .models import Models, model_dirs
+    from ..demo import LOOK, build_demo
+    from ..models import Models, model_dirs
 
     demo = build_demo(Models(model_dirs([model] if model else [])))
     queue(demo, max_size=64, default_concurrency_limit=8)  # as app.py
@@ -123,7 +123,7 @@ def run_soak(args) -> int:
     print(f"{last.visits} visits, {last.requests} requests, {last.errors} errors · after warm-up: {v.early_mib:.1f} "
           f"-> {v.late_mib:.1f} MiB ({100 * v.growth:+.2f}%, allowed {100 * args.tolerance:+.0f}%) · "
           f"{'flat' if v.flat else 'GROWING'}", flush=True)
-    _write(args.out, {"command": "python -m ui.memory_soak " + " ".join(args.argv), "machine": _machine(),
+    _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine(),
                       "minutes": args.minutes, "visitors": args.visitors, "warmup": args.warmup,
                       "tolerance": args.tolerance, "visits": last.visits, "requests": last.requests,
                       "errors": last.errors, "early_mib": round(v.early_mib, 1), "late_mib": round(v.late_mib, 1),
@@ -139,7 +139,7 @@ def run_visits(args) -> int:
           f"{r.sessions_left} sessions held, {r.errors} errors", flush=True)
     for s in r.top[:5]:
         print(f"  {s['kib']:+9.1f} KiB {s['count']:+6d} blocks  {s['where'][-1].strip()}", flush=True)
-    _write(args.out, {"command": "python -m ui.memory_soak " + " ".join(args.argv), "machine": _machine()}
+    _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine()}
            | r._asdict() | {"bound_kib": RETAINED_KIB})
     return 0 if r.kib_per_visit <= RETAINED_KIB and r.errors == 0 else 1
 
