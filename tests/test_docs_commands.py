@@ -12,8 +12,9 @@ A command that needs what a test run cannot give says so, either in its trailing
 
 Such a command is checked, not run: `python -m MODULE [SUBCOMMAND]` must answer `--help` with a usage
 line, anything else must parse (`bash -n`). Every other command runs as written from the repository
-root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests; one file's
-commands run in their order, so a command may read what an earlier one of its file wrote. The
+root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests and `/tmp/` a fresh
+directory per file; one file's commands run in their order, so a command may read what an earlier one of
+its file wrote. The
 ```python snippets run too, and every relative link and every repository path named in backticks must
 exist, so the documents follow the code when files move.
 """
@@ -97,8 +98,10 @@ def _skip_block(lines: list[str], i: int) -> int:
     return j - i
 
 
-def _shell(command: str) -> str:
-    return command.replace(".venv/bin/python", shlex.quote(sys.executable))
+def _shell(command: str, tmp: Path | None = None) -> str:
+    """The command for bash: this interpreter for the venv's, and `tmp` for /tmp/ (a run leaves no trace)."""
+    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
+    return command.replace("/tmp/", f"{tmp}/") if tmp else command
 
 
 def _help_of(command: str) -> list[str] | None:
@@ -115,7 +118,7 @@ def _help_of(command: str) -> list[str] | None:
     return [sys.executable, "-m", words[at + 1], *subcommands, "--help"]
 
 
-def check(cmd: Command) -> str | None:
+def check(cmd: Command, tmp: Path | None = None) -> str | None:
     """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more."""
     if unknown := cmd.needs - NEEDS:
         return f"unknown needs {sorted(unknown)} (known: {sorted(NEEDS)})"
@@ -127,24 +130,22 @@ def check(cmd: Command) -> str | None:
         if done.returncode or (help_cmd and "usage" not in (done.stdout + done.stderr).lower()):
             return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}"
         return None
-    done = subprocess.run(["bash", "-c", _shell(cmd.text)], cwd=ROOT, stdin=subprocess.DEVNULL,
+    done = subprocess.run(["bash", "-c", _shell(cmd.text, tmp)], cwd=ROOT, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     return f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_command_works_as_written(doc):
+def test_every_command_works_as_written(doc, tmp_path):
     found = commands(doc.read_text(encoding="utf-8"))
-    problems = [f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found if (why := check(c))]
+    problems = [f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found if (why := check(c, tmp_path))]
     assert not problems, "\n".join(problems)
 
 
-def test_the_python_snippets_run(tmp_path):
+def test_the_python_snippets_run():
     for doc in DOCS:
         for n, code in enumerate(re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)):
-            script = tmp_path / f"{doc.stem}_{n}.py"
-            script.write_text(code)
-            done = subprocess.run([sys.executable, str(script)], cwd=ROOT, stdin=subprocess.DEVNULL,
+            done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL,
                                   capture_output=True, text=True, timeout=TIMEOUT_S)
             assert done.returncode == 0, f"{doc.name}, python snippet {n}: {done.stderr[-800:]}"
 
