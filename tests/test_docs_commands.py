@@ -107,7 +107,7 @@ def _shell(command: str, tmp: Path | None = None) -> str:
 def _help_of(command: str) -> list[str] | None:
     """`python -m MODULE [SUBCOMMAND] --help` for a python -m command; None for anything else."""
     words = shlex.split(command, comments=True)
-    if "-m" not in words or not any(w.endswith("python") or w.endswith("python3") for w in words):
+    if "-m" not in words or not any(w.endswith(("python", "python3")) for w in words):
         return None
     at = words.index("-m")
     subcommands = []
@@ -177,8 +177,8 @@ def test_commands_are_read_as_a_shell_reads_them():
     ])
     found = commands(text)
     assert [c.text for c in found] == ["pip install x",
-                                       ".venv/bin/python -m llada generate --model a --prompt 'a # b' --json   "
-                                       "# needs: gpu, file", "echo '#x'"]
+                                       (".venv/bin/python -m llada generate --model a --prompt 'a # b' --json   "
+                                        "# needs: gpu, file"), "echo '#x'"]
     assert [set(c.needs) for c in found] == [{"network"}, {"gpu", "file"}, set()]
     assert [c.line for c in found] == [6, 10, 12]
     assert _help_of(found[1].text)[2:] == ["llada", "generate", "--help"]
