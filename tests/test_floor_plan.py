@@ -7,6 +7,11 @@ folders `ui/playground/`, `ui/learn/` and `ui/explorer/` never import each other
 `ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder; training (`llada/train/`) and evaluation (`llada/eval/`)
 both read their tasks and code from `llada/data/` and never import each other, with no exception: the
 training command's last steps (evaluate the saved model, write its card) live above both, in `llada/card/`.
+The engine is a flat core (`llada/*.py`, at most 16 modules) with two wings: the fast paths (`llada/fast/`:
+engine, fused layers, graphs, quantization, kernels) and the weights (`llada/weights/`: checkpoints, shards,
+FP8 files, replicas, the tokenizer). The wings never import the decode loop (`llada.loop`), its drivers
+(`llada.decode`) or the pipeline; the kernels never import the rest of their wing (engine, layers, graphs,
+quantize sit above them).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("llada", "ui")
 TABS = ("ui.playground", "ui.learn", "ui.explorer")
 WIRING = {"ui.demo", "app"}  # the only modules that put the tabs together
+WINGS = ("llada.fast", "llada.weights")
+ABOVE_WINGS = ("llada.loop", "llada.decode", "llada.pipeline")
+ABOVE_KERNELS = ("llada.fast.engine", "llada.fast.layers", "llada.fast.graphs", "llada.fast.quantize")
+MAX_CORE_MODULES = 16
 
 
 def module_name(path: Path) -> str:
@@ -102,6 +111,16 @@ def layer_rule(name: str, target: str) -> str | None:
         return f"{name} (evaluation) imports {target}: shared data lives in llada/data"
     if in_package(name, "llada.train") and in_package(target, "llada.eval"):
         return f"{name} (training) imports {target}: shared data lives in llada/data"
+    return wing_rule(name, target)
+
+
+def wing_rule(name: str, target: str) -> str | None:
+    """What is wrong with `name` importing `target` between the core and its wings."""
+    wing = next((w for w in WINGS if in_package(name, w)), None)
+    if wing and any(in_package(target, above) for above in ABOVE_WINGS):
+        return f"{name} ({wing} wing) imports {target}: the wings sit below the decode loop and the pipeline"
+    if in_package(name, "llada.fast.kernels") and any(in_package(target, above) for above in ABOVE_KERNELS):
+        return f"{name} (kernels) imports {target}: the kernels sit below the rest of llada/fast"
     return None
 
 
@@ -167,12 +186,62 @@ def test_a_circle_is_found():
                                          (("llada.train.loop", "llada.eval"), "(training) imports"),
                                          (("llada.eval.harness", "llada.train.loop"), "(evaluation) imports"),
                                          (("llada.data.tasks", "llada.eval.tally"), "(data) imports"),
-                                         (("llada.data.code", "llada.train.corpus"), "(data) imports")])
+                                         (("llada.data.code", "llada.train.corpus"), "(data) imports"),
+                                         (("llada.fast.engine", "llada.decode"), "(llada.fast wing) imports"),
+                                         (("llada.weights.checkpoint", "llada.pipeline"), "(llada.weights wing)"),
+                                         (("llada.fast.graphs", "llada.loop"), "below the decode loop"),
+                                         (("llada.fast.kernels.router", "llada.fast.engine"), "(kernels) imports")])
 def test_a_broken_rule_is_found(edge, words):
     source, target = edge
     edges = {source: {target}, target: set()}
     (problem,) = broken_rules(edges, {source: set(), target: set()})
     assert words in problem
+
+
+def core_modules() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "llada").glob("*.py"))
+
+
+def test_the_core_is_flat_and_small_and_the_wings_hold_the_rest():
+    core = core_modules()
+    assert len(core) <= MAX_CORE_MODULES, f"{len(core)} modules directly under llada/: {core}"
+    mods = modules()
+    assert {"llada.loop", "llada.decode", "llada.rule", "llada.model"} <= set(mods)
+    assert {"llada.fast.engine", "llada.fast.graphs", "llada.fast.kernels", "llada.weights.checkpoint"} <= set(mods)
+    assert "llada.bench.census" in mods
+
+
+def from_imports(path: Path, name: str):
+    """(absolute module, alias names) of each `from ... import` in the file of module `name`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            yield base, [a.name for a in node.names]
+
+
+def reexported_model_names(files: dict[str, Path]) -> list[str]:
+    """Names imported from llada.model that llada/model.py does not define itself."""
+    tree = ast.parse((ROOT / "llada" / "model.py").read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return [f"{name}: {alias}" for name, path in files.items() for base, aliases in from_imports(path, name)
+            if base == "llada.model" for alias in aliases if alias not in defined]
+
+
+def test_the_model_file_reexports_nothing():
+    """Whoever wants RMSNorm, the KV cache or the row products imports them from their own modules."""
+    files = modules() | {f"tests.{p.stem}": p for p in (ROOT / "tests").glob("*.py")}
+    assert reexported_model_names(files) == []
+
+
+def test_a_reexport_is_found(tmp_path):
+    path = tmp_path / "t.py"
+    path.write_text("from llada.model import LLaDA2MoE, RMSNorm\n")
+    assert reexported_model_names({"tests.t": path}) == ["tests.t: RMSNorm"]
 
 
 def test_training_reads_its_data_from_llada_data():

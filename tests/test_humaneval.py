@@ -115,7 +115,7 @@ def test_a_base_model_continues_the_code_prefix(problems):
 
 
 def test_an_instruct_model_gets_evalplus_chat_prompt(replica_dir, problems):
-    from llada.tokenizer import load_tokenizer
+    from llada.weights.tokenizer import load_tokenizer
 
     tok = load_tokenizer(replica_dir)
     prompt = build_prompt(tok, problems["HumanEval/0"])

@@ -3,7 +3,7 @@
 `llada.model` asks a norm for fused steps where it has them (`add_norm`, `norm_rope`, and on the
 static decode path `qkv_rope_cache`: q, k, v from the qkv projection into attention and the KV
 cache) and otherwise runs its plain ops, so swapping these in (`fuse_norms`, done by
-`llada.engine.to_fast`) changes the kernels a forward launches, not the model's code. `FusedSwiGLU`
+`llada.fast.engine.to_fast`) changes the kernels a forward launches, not the model's code. `FusedSwiGLU`
 runs silu(gate) * up as one launch. `unfuse_norms` puts the plain modules back (same Parameter
 objects: nothing is copied).
 """
@@ -14,7 +14,9 @@ import torch
 from torch import nn
 
 from .. import kernels
-from ..model import LLaDA2MoE, RMSNorm, SwiGLU, linear, project
+from ...model import LLaDA2MoE, SwiGLU
+from ...norm_rope import RMSNorm
+from ...row_exact import linear, project
 
 
 class FusedRMSNorm(RMSNorm):

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from llada import sampling
-from llada.sampling import greedy_rows, sample_tokens
+from llada import decide
+from llada.decide import greedy_rows, sample_tokens
 
 
 def test_greedy_confidence_is_the_softmax_max():
@@ -47,7 +47,7 @@ def test_greedy_rows_together_equal_each_alone(threads, in_place, monkeypatch):
         spans = [(64, 96), (0, 32), (160, 224), (32, 64)]  # rows 96-160 and the tail are not asked for
         parts = [logits[a:b] if in_place else logits[a:b].clone() for a, b in spans]
         for chunk in (1 << 22, 3000):  # one softmax over the rows, or 2 rows at a time
-            monkeypatch.setattr(sampling, "CHUNK", chunk)
+            monkeypatch.setattr(decide, "CHUNK", chunk)
             together = greedy_rows(parts)
             for part, (x0, p) in zip(parts, together):
                 alone_x0, alone_p = sample_tokens(part.clone())

@@ -2,7 +2,7 @@
 
 A CUDA graph removes the host's launch overhead but not the device's: every kernel in the graph still
 costs a launch gap of a few microseconds, so a forward of 1,400 tiny kernels loses milliseconds to
-gaps alone. This census runs the decode loop's static forward (`llada.graphs.StepGraphs`, the very
+gaps alone. This census runs the decode loop's static forward (`llada.fast.graphs.StepGraphs`, the very
 code a graph records) twice and counts its second call (the one a graph records) under `count_launches` and splits the count by part of the model:
 
     prologue    attention mask, RoPE tables read by position, embedding (once per forward)
@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from .launch import count_launches
+from ..fast.kernels.launch import count_launches
 
 
 class Census(NamedTuple):
@@ -51,7 +51,7 @@ class Census(NamedTuple):
 @torch.no_grad()
 def decode_census(model, window: int = 8, block_length: int = 8) -> Census:
     """Count the kernels of one static decode forward of `model` over a window of `window` tokens."""
-    from ..graphs import StepGraphs
+    from ..fast.graphs import StepGraphs
 
     cache = model.new_cache(2 * window)
     step = StepGraphs(model, cache, block_length, capture=False)
@@ -84,7 +84,7 @@ def mini_like():
     Odd tiny sizes; real: hidden 2048, 16 heads / 4 KV of 128, 256 experts top-8 in 4 of 8 groups, width 512.
     Real sizes change no count: every op here runs at any size."""
     from ..config import ModelConfig
-    from ..engine import use_engine
+    from ..fast.engine import use_engine
     from ..model import LLaDA2MoE
 
     cfg = ModelConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,

@@ -7,13 +7,13 @@ one fp32 scale per 128x128 tile, quantized once here. On the Triton kernels the 
 one MoE layer is seven launches with no host sync: a CUDA graph can hold it. With `dense=True` the
 dense linears of the layers (attention projections, dense SwiGLU, shared experts) become
 `FP8Linear`; the embeddings / lm_head stay as they are. Forward contracts do not change, so the
-decode loop is untouched. `impl` picks the kernels (see `llada.kernels`): "auto" = Triton on CUDA,
+decode loop is untouched. `impl` picks the kernels (see `llada.fast.kernels`): "auto" = Triton on CUDA,
 PyTorch else.
 Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
 to another device is fine).
 
-The offline converter, as gpt-fast has one, is `llada.fp8_checkpoint`: `python -m llada.fp8_checkpoint SRC
-DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly (`llada.fp8_format`).
+The offline converter, as gpt-fast has one, is `llada.weights.fp8_checkpoint`: `python -m llada.weights.fp8_checkpoint SRC
+DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly (`llada.weights.fp8_format`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from . import kernels
-from .model import Experts, LLaDA2MoE, Router
+from ..model import Experts, LLaDA2MoE, Router
 
 ROUTER_SETTINGS = {"top_k", "n_group", "topk_group", "scale", "training"}  # what the router kernel implements
 
@@ -92,7 +92,7 @@ class FP8Linear(nn.Module):
 
 
 class FusedRouter(Router):
-    """`Router` on the Triton kernels of `llada.kernels.router`: same parameters, same state-dict keys."""
+    """`Router` on the Triton kernels of `llada.fast.kernels.router`: same parameters, same state-dict keys."""
 
     def __init__(self, router: Router):
         nn.Module.__init__(self)
@@ -110,7 +110,7 @@ class FusedRouter(Router):
     def forward(self, h: torch.Tensor, shared: bool = False, residual: torch.Tensor | None = None,
                 norm: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
         """h (T, H) -> expert ids (T, K) int64 and combine weights (T, K) fp32; shared: (T, K + 1), the last
-        column the shared expert's id E with weight 1 (`llada.fast_layers.FusedMoE`). With `residual` and
+        column the shared expert's id E with weight 1 (`llada.fast.layers.FusedMoE`). With `residual` and
         `norm` (an RMSNorm), h is the attention's output and the router reads norm(residual + h), in the same
         launch: -> ids, weights, residual + h, norm(residual + h)."""
         args = (self.weight, self.expert_bias, self.top_k, self.n_group, self.topk_group, self.scale, shared)

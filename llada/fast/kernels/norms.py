@@ -1,6 +1,6 @@
 """RMSNorm (with the residual add) and QK-norm + RoPE, each one Triton launch instead of 7 to 15 ATen ops.
 
-References (same contracts, in `llada.kernels.reference`): `rms_norm`, `add_rms_norm`, `qk_norm_rope`;
+References (same contracts, in `llada.fast.kernels.reference`): `rms_norm`, `add_rms_norm`, `qk_norm_rope`;
 they are exactly `llada.model.RMSNorm` and `apply_rope`. Per row of N features, in fp32:
 
     s      = x + residual                      rounded to x's dtype, stored (the new residual stream)

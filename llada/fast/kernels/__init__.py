@@ -17,7 +17,7 @@
     silu_mul(gate, up)            SwiGLU's silu(gate) * up (dense layers, shared experts)
     step_mask(bounds, T, S, B, dtype)   the static decode forward's additive attention mask
 
-Every function takes `impl`: "torch" runs `llada.kernels.reference`, "triton" the kernels in
+Every function takes `impl`: "torch" runs `llada.fast.kernels.reference`, "triton" the kernels in
 `fp8.py` / `fused_moe.py` / `linear.py`, and "auto" picks triton for CUDA tensors and torch otherwise. Triton is
 imported only when it is chosen, so this package imports without a GPU and without triton. The
 format and the kernels are explained in `fp8.py`, `routing.py`, `router.py` and `fused_moe.py`,
@@ -25,7 +25,7 @@ the tile configurations in `configs.py` (fitted to the GPU of `devices.py`), the
 `launch.py`, the ahead-of-time compile for sm80 / sm89 / sm90 in `aot.py`. One FP8 MoE layer costs
 seven launches: router with top-k, sort by expert, activation quantization, gate/up GEMM, SiLU·mul +
 re-quantization, down GEMM, k-sum (bf16 weights without split-K: five, nothing to quantize and SiLU·mul
-in the gate/up GEMM; the shared expert among them, see `llada.fast_layers`).
+in the gate/up GEMM; the shared expert among them, see `llada.fast.layers`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """FP8 checkpoints: a model's routed experts written once as float8_e4m3fn with tile scales, read back as they are.
 
-`python -m llada.fp8_checkpoint SRC DST` (`convert`) writes DST: SRC's config.json with a
+`python -m llada.weights.fp8_checkpoint SRC DST` (`convert`) writes DST: SRC's config.json with a
 `quantization_config` added, every other file of SRC copied (tokenizer, presets, model card), and the
 weights, streamed: one tensor at a time is read from SRC's shards (cast to the checkpoint's dtype as
 `load_model` casts it), each expert's gate + up and down are quantized as they arrive (one fp32 scale per
-128x128 tile, `llada.kernels`, bit for bit what `load_model(SRC, quantize="fp8")` makes), and every
+128x128 tile, `llada.fast.kernels`, bit for bit what `load_model(SRC, quantize="fp8")` makes), and every
 tensor is written at its place in DST's shards, laid out from the config before anything is read
 (`plan_shards`, `ShardWriter`). Memory stays at the largest single tensor plus one 64 MB read buffer,
 whatever the model's size. Dense tensors keep their Hugging Face names and the checkpoint's dtype; each
@@ -21,8 +21,8 @@ projection, such tiles could not be read back as quantize-at-load makes them. Sh
 
 `load_model` reads such a directory (`stored_fp8`) into `FP8Experts` buffers directly: the fp8 bytes go
 from the file to their final place on the device, nothing passes through bf16 and nothing is quantized.
-It is refused on a CUDA GPU without FP8 (compute capability below 8.9: `llada.fp8_format.fp8_refusal`)
-and, like every load, when the weights do not fit (`llada.memory`, estimated from config.json before
+It is refused on a CUDA GPU without FP8 (compute capability below 8.9: `llada.weights.fp8_format.fp8_refusal`)
+and, like every load, when the weights do not fit (`llada.weights.memory`, estimated from config.json before
 anything is read).
 """
 
@@ -40,7 +40,7 @@ import torch
 
 from .checkpoint import CheckpointError, _fp8_experts as fp8_experts, _progress, hf_name, plan, read_config, shard_files
 from .fp8_format import FP8, QUANTIZATION_CONFIG, stored_fp8
-from .model import LLaDA2MoE
+from ..model import LLaDA2MoE
 from .shards import DTYPES, ShardReader, staging_buffer
 
 SHARD_BYTES = 4 << 30  # one safetensors file at most (the Hub's guidance is a few GB per file)
@@ -139,7 +139,7 @@ class _ExpertWriter:
         self.writer, self.dtype, self.device, self.pending = writer, dtype, device, {}
 
     def put(self, reader: ShardReader, entry, slot) -> None:
-        from .kernels import quantize_weight_fp8
+        from ..fast.kernels import quantize_weight_fp8
 
         w = torch.empty(slot.shape, dtype=self.dtype, device=self.device)  # (I, H) or (H, I): one expert's matrix
         reader.copy_into(entry, w)
@@ -225,7 +225,7 @@ def _write_index(layout: Layout) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llada.fp8_checkpoint", description=(
+    parser = argparse.ArgumentParser(prog="python -m llada.weights.fp8_checkpoint", description=(
         "Write a model's routed experts once as FP8 (e4m3, one fp32 scale per 128x128 tile); the app, the CLI "
         "and Pipeline.load then load DST as FP8 directly."))
     parser.add_argument("src", help="a llada2_moe model directory (bf16 or fp32 weights)")

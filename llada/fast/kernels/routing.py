@@ -16,7 +16,7 @@ sentinel on them, the kernel leaves them as they were.
 
 P is the worst case T*K + min(E, T*K)*(BLOCK_M - 1), rounded up to BLOCK_M, so the sizes depend only
 on the shapes: no host synchronisation, and the launch can live in a CUDA graph. Experts without
-pairs get no tile. The readable reference is `llada.kernels.reference.sort_by_expert`.
+pairs get no tile. The readable reference is `llada.fast.kernels.reference.sort_by_expert`.
 
 The kernel is a single program (a few hundred pairs at decode: one CTA is plenty, and a grid would
 need a second launch to combine counts). In chunks of CHUNK pairs it:

@@ -1,9 +1,9 @@
 """The FP8 checkpoint format as the loader reads it: which directories hold one, and where they may live.
 
-A directory written by `python -m llada.fp8_checkpoint SRC DST` (`llada.fp8_checkpoint`, the writing side)
+A directory written by `python -m llada.weights.fp8_checkpoint SRC DST` (`llada.weights.fp8_checkpoint`, the writing side)
 carries `QUANTIZATION_CONFIG` in its config.json and stores each MoE layer's routed experts stacked, as
 they run: `experts.w13` / `experts.w2` in float8_e4m3fn with one fp32 `*_scale` per 128x128 tile.
-`llada.checkpoint` uses this module to recognise such a directory (`stored_fp8`), to refuse it on a GPU
+`llada.weights.checkpoint` uses this module to recognise such a directory (`stored_fp8`), to refuse it on a GPU
 without FP8 (`fp8_refusal`) and to check every expert tensor's stored dtype (`check_entries`).
 """
 
@@ -26,7 +26,7 @@ def stored_fp8(raw: dict, source: str) -> bool:
         return False
     if not isinstance(q, dict) or q.get("quant_method") != "fp8" or q.get("layout") != LAYOUT:
         raise ValueError(f"{source}: quantization_config {json.dumps(q)[:200]} is not a format this loader reads "
-                         f"(it reads FP8 checkpoints written by python -m llada.quantize, layout {LAYOUT!r})")
+                         f"(it reads FP8 checkpoints written by python -m llada.fast.quantize, layout {LAYOUT!r})")
     return True
 
 
@@ -34,7 +34,7 @@ def fp8_refusal(device: torch.device) -> str | None:
     """Why FP8 weights cannot live on `device` (None: they can; the CPU runs them on the PyTorch reference)."""
     if device.type != "cuda":
         return None
-    from .kernels.devices import spec_of
+    from ..fast.kernels.devices import spec_of
 
     spec = spec_of(device)
     if spec.fp8:

@@ -1,6 +1,6 @@
 """The static decode forward's attention mask in one Triton launch instead of fifteen ops.
 
-Reference: `llada.kernels.reference.step_mask` (the rule of `llada.graphs`, spelled with plain ops).
+Reference: `llada.fast.kernels.reference.step_mask` (the rule of `llada.fast.graphs`, spelled with plain ops).
 For the window [lo, hi) of a run in blocks of B tokens whose blocks from `groups_hi` on see each
 other (MBE), query i (position lo + i) may see key slot j of the cache's S slots iff
 

@@ -18,7 +18,7 @@ scale per output column at each step: acc += (q_a @ q_w^T) * s_a[:, None] * s_w[
 Rounding. x / s is saturated to +-448 and rounded to nearest-even on the e4m3 grid *in fp32*, then
 cast; the cast is then exact on every backend. (Triton's CPU interpreter casts neither saturating
 nor rounding like the GPU.) The division is IEEE (`div_rn`), so scales and codes match the PyTorch
-reference in `llada.kernels.reference` bit for bit.
+reference in `llada.fast.kernels.reference` bit for bit.
 
 Non-finite input propagates, it is never saturated away. A piece holding a NaN gets a NaN scale, one
 holding an Inf an Inf scale, and every element whose x / s is not a number (a NaN or Inf element,
@@ -26,8 +26,8 @@ or any element of a NaN piece) gets the NaN code 0x7F: dequantized, the whole pi
 GEMM row that reads it comes out NaN, so a broken activation reaches the logits instead of turning
 into a plausible +-448 * s. (GPU `max` reductions drop NaNs, hence the explicit NaN flag.)
 
-Every launcher returns its outputs and the `Launch` list that fills them (`llada.kernels.launch`):
-`run` executes it, the ahead-of-time compile in `llada.kernels.aot` compiles the same list.
+Every launcher returns its outputs and the `Launch` list that fills them (`llada.fast.kernels.launch`):
+`run` executes it, the ahead-of-time compile in `llada.fast.kernels.aot` compiles the same list.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Both operands are K-contiguous in memory, which is what FP8 wgmma requires.
 Provenance. `default_config` is a starting point derived from the constraints above (wgmma shapes,
 tiles per SM on a 132-SM H100), *not from measurement*: no GPU was available when it was written.
 `python -m llada.bench kernels --tune` measures the candidate configurations (`candidates`) on the
-GPU it runs on and writes `llada/kernels/tuned/<gpu>.json` (every candidate's time kept beside the
+GPU it runs on and writes `llada/fast/kernels/tuned/<gpu>.json` (every candidate's time kept beside the
 winner); `choose_config` prefers such a table for the current GPU and model shape when one exists.
 """
 
@@ -177,7 +177,7 @@ def fit_config(cfg: MoEConfig, spec, fp8: bool = True) -> MoEConfig:
 def choose_config(tokens: int, hidden: int, inner: int, experts: int, top_k: int, spec=None,
                   fp8: bool = True) -> MoEConfig:
     """The tuned entry for this GPU and shape when a table exists, else `default_config`; fitted to the
-    device (`spec`, a `llada.kernels.devices.DeviceSpec`; None on CPU) before anything compiles."""
+    device (`spec`, a `llada.fast.kernels.devices.DeviceSpec`; None on CPU) before anything compiles."""
     found = None
     if spec is not None:
         table = load_tuned(TUNED_DIR / f"{device_slug(spec.name)}.json")

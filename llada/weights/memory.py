@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 CPU_FP32_MAX_PARAMS = 1_000_000_000  # 4 GB in fp32: above this a CPU load keeps the checkpoint's dtype
 HEADROOM = 1 << 30  # activations, KV cache, the runtime itself: never plan to fill memory to the last GiB
-FP8_TILE = 128  # one fp32 scale per 128x128 tile of an fp8 weight (llada.kernels)
+FP8_TILE = 128  # one fp32 scale per 128x128 tile of an fp8 weight (llada.fast.kernels)
 GIB = float(1 << 30)
 
 

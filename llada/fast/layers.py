@@ -1,6 +1,6 @@
 """The fast engine's MoE layers: the layer's small ops moved into the fused MoE's own launches.
 
-`llada.engine.to_fast` swaps these in (the same Parameter objects: nothing is copied; `unfuse_layers`
+`llada.fast.engine.to_fast` swaps these in (the same Parameter objects: nothing is copied; `unfuse_layers`
 puts the plain modules back). A bf16 MoE layer on them runs, from the attention's output h on:
 
     `_route_kernel`    s = x + h, RMSNorm(s) (the experts' input), router logits, group-limited top-k,
@@ -25,7 +25,7 @@ from torch import nn
 from . import kernels
 from .kernels.fused_norm import FusedRMSNorm, FusedSwiGLU
 from .kernels.reference import add_rms_norm, rel_rmse
-from .model import Experts, Layer, LLaDA2MoE, MoE
+from ..model import Experts, Layer, LLaDA2MoE, MoE
 from .quantize import FusedRouter
 
 
@@ -137,7 +137,7 @@ class FusedLayer(Layer):
     @torch.no_grad()
     def moe_error(self, x: torch.Tensor, h: torch.Tensor) -> float:
         """How far this layer's fused MoE half is from the plain modules, from the residual x and the
-        attention's output h (M, H) each (`llada.engine.self_check`): the worse relative RMSE of the norm the
+        attention's output h (M, H) each (`llada.fast.engine.self_check`): the worse relative RMSE of the norm the
         router made and of the experts' sum (routed + shared, on the routing the fused router chose). The
         residual add is left out: in bf16 it rounds a small MoE output away."""
         norm, moe = self.post_attention_layernorm, self.mlp

@@ -1,7 +1,7 @@
 """Compile every kernel specialization for sm80, sm89 and sm90 on a machine without a GPU, and read the code.
 
 Triton compiles for whatever target its active driver reports. `StandInDriver` reports one of the
-`llada.kernels.devices.KNOWN` GPUs (an A100, an L4, an H100) and answers its device number with the
+`llada.fast.kernels.devices.KNOWN` GPUs (an A100, an L4, an H100) and answers its device number with the
 arch, so Triton keeps one in-memory cache per target; with it active, `JITFunction.warmup` runs
 Triton's whole pipeline (TTIR -> TTGIR -> LLVM IR -> PTX -> cubin via the bundled ptxas) without
 launching anything. The launches compiled are the engine's own: the launchers' `plan_*` functions
@@ -15,7 +15,7 @@ Ampere's), the matching SASS (read with the bundled cuobjdump), registers, spill
 memory the compiled kernel needs beside the estimate `configs.smem_bytes` made before compiling and
 the device's limit. Run it in its own process (the stand-in replaces the driver for the whole process):
 
-    python -m llada.kernels.aot [--arch 80 89 90] [--tokens 1 8 32 128 512 2048] [--json PATH]
+    python -m llada.fast.kernels.aot [--arch 80 89 90] [--tokens 1 8 32 128 512 2048] [--json PATH]
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
         for cfg in _configs(T, spec, shape, kind == "fp8"):
             estimate = configs.smem_bytes(cfg, kind == "fp8", spec.arch)
             # bf16: the shared expert as expert E, the k-sum adding the residual and making the next layer's
-            # input norm (`llada.fast_layers.FusedMoE`)
+            # input norm (`llada.fast.layers.FusedMoE`)
             shared = (w13[0], w2[0]) if kind == "bf16" else None
             args = (ids1, weights1, cfg, (x,), shared, (x[0], 1e-6)) if kind == "bf16" else (ids, weights, cfg)
             for launch in fused_moe.plan_fused_moe(x, w13, s13, w2, s2, *args)[1]:
@@ -217,7 +217,7 @@ def compile_all(archs: tuple[int, ...] = ARCHS, tokens: tuple[int, ...] = TOKENS
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llada.kernels.aot", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m llada.fast.kernels.aot", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), choices=sorted(KNOWN))
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     parser.add_argument("--json", default=None, help="write the report here ('-' for stdout)")

@@ -5,7 +5,7 @@ grid, arguments, meta-parameters) and runs it. Keeping the launch as data lets t
 one description of what the engine does:
 
     run(launches)          the normal path (also inside a CUDA graph capture: no host work between)
-    llada.kernels.aot      compiles exactly these specializations for sm80 / sm89 / sm90 ahead of time, on a CPU
+    llada.fast.kernels.aot      compiles exactly these specializations for sm80 / sm89 / sm90 ahead of time, on a CPU
     count_launches()       counts them, with the ATen ops in between, so that a test pins the cost
 
 `count_launches` counts device work, not Python calls: Triton launches, plus ATen ops that run a

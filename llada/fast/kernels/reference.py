@@ -3,8 +3,8 @@
 These are the definitions the Triton kernels are tested against, and the path the engine takes on
 CPU. They favour clarity over speed: quantize by reshaping into tiles, dequantize, multiply in fp32.
 Letter legend: M rows (tokens), N output features, K reduction dim, E experts, T tokens, H hidden,
-I expert width, G = 128 the tile / group size. See `llada.kernels.fp8` for the format itself, and
-`llada.model.Router` for the reference of the routing kernels in `llada.kernels.router`.
+I expert width, G = 128 the tile / group size. See `llada.fast.kernels.fp8` for the format itself, and
+`llada.model.Router` for the reference of the routing kernels in `llada.fast.kernels.router`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import Router
-from ..model import apply_rope as rope  # NeoX RoPE on the first R dims: the model's own op is the reference
+from ...model import Router
+from ...norm_rope import apply_rope as rope  # NeoX RoPE on the first R dims: the model's own op is the reference
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -157,7 +157,7 @@ def sort_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
     Pair p = t*K + k; the pairs of each expert, in pair order, padded with the sentinel T*K to a
     multiple of block_m; experts in order; block_expert[i] = expert of tile i, -1 past the last
     run (rows of those tiles are never read); P = padded_rows(T*K, E, block_m) (see
-    `llada.kernels.routing`)."""
+    `llada.fast.kernels.routing`)."""
     flat = ids.reshape(-1).long()  # (T*K,)
     n = flat.numel()
     counts = torch.bincount(flat, minlength=num_experts)  # (E,) pairs per expert
@@ -244,7 +244,7 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 def window_mask(bounds: torch.Tensor, T: int, S: int, block_length: int) -> torch.Tensor:
-    """Bool (T, S): query i of the window [lo, hi) sees key slot j (`llada.kernels.masks` has the rule)."""
+    """Bool (T, S): query i of the window [lo, hi) sees key slot j (`llada.fast.kernels.masks` has the rule)."""
     lo, hi, groups_hi = bounds[0], bounds[1], bounds[2]
     keys = torch.arange(S, device=bounds.device)  # (S,)
     query_group = torch.minimum((lo + torch.arange(T, device=bounds.device)) // block_length, groups_hi)  # (T,)

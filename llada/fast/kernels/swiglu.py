@@ -1,6 +1,6 @@
 """SwiGLU's activation, silu(gate) * up, in one Triton launch instead of two (dense layers, shared experts).
 
-Reference: `llada.kernels.reference.silu_mul`, exactly `F.silu(gate) * up` of `llada.model.SwiGLU`.
+Reference: `llada.fast.kernels.reference.silu_mul`, exactly `F.silu(gate) * up` of `llada.model.SwiGLU`.
 Both roundings are kept: silu(gate) is computed in fp32 and rounded to the activations' dtype, the
 product of two such values in fp32 rounded again, as PyTorch does for bf16 tensors. One program per
 row and BLOCK columns; gate and up may be the two halves of one product (strided rows).

@@ -7,14 +7,14 @@ the runtime layout `w13 (E, 2I, H)` (gate rows, then up rows) / `w2 (E, H, I)`.
 Loading (`load_model`) never holds a second copy of the weights:
 
 1. config.json is validated and the weights' size is estimated from it: a model that cannot fit is
-   refused before anything is allocated (`llada.memory`);
+   refused before anything is allocated (`llada.weights.memory`);
 2. the model is built on the `meta` device and every shard's header is checked against it (names,
    shapes, dtypes), so a broken checkpoint is refused before any memory is spent;
 3. the model is materialised once, in the target dtype on the target device, and each shard is read
-   tensor by tensor straight into its place (`llada.shards`): an expert's matrices land in their slice
+   tensor by tensor straight into its place (`llada.weights.shards`): an expert's matrices land in their slice
    of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
-   bf16: each expert is quantized (128x128 tiles, `llada.kernels.quantize_weight_fp8`) as it is read.
-   A directory written by `python -m llada.fp8_checkpoint` (`llada.fp8_format`) holds the fp8 experts and
+   bf16: each expert is quantized (128x128 tiles, `llada.fast.kernels.quantize_weight_fp8`) as it is read.
+   A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts and
    their scales already: they are read straight into the FP8 buffers, nothing is quantized.
 
 Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
@@ -33,8 +33,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from . import fp8_format, memory
-from .config import ConfigError, ModelConfig, read_json
-from .model import Experts, LLaDA2MoE
+from ..config import ConfigError, ModelConfig, read_json
+from ..model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 
 SINGLE = "model.safetensors"
@@ -192,7 +192,7 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
     with torch.no_grad():
         _fill(model, slots, sinks, device, progress)
     if quantize == "fp8-dense":
-        from .quantize import quantize_model_fp8  # the experts are fp8 already; this swaps the dense linears
+        from ..fast.quantize import quantize_model_fp8  # the experts are fp8 already; this swaps the dense linears
 
         quantize_model_fp8(model, dense=True)
     return model.eval().requires_grad_(False)
@@ -242,7 +242,7 @@ class _FP8Sink:
         self.experts, self.dtype, self.pending = experts, dtype, {}
 
     def put(self, reader: ShardReader, entry: Entry, slot: Slot) -> None:
-        from .kernels import quantize_weight_fp8
+        from ..fast.kernels import quantize_weight_fp8
 
         w = torch.empty(slot.shape, dtype=self.dtype, device=self.experts.w13.device)  # (I, H) or (H, I)
         reader.copy_into(entry, w)
@@ -263,7 +263,7 @@ class _FP8Sink:
 
 def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
     """Swap every (meta) Experts for an FP8Experts of empty fp8 buffers; they by runtime key (w13 and w2)."""
-    from .quantize import FP8Experts
+    from ..fast.quantize import FP8Experts
 
     out = {}
     for i, layer in enumerate(model.layers):
@@ -289,7 +289,7 @@ def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
 
 
 def _stored_fp8(root: Path, raw: dict, device: torch.device) -> bool:
-    """True for an FP8 directory (`llada.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
+    """True for an FP8 directory (`llada.weights.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
     try:
         stored = fp8_format.stored_fp8(raw, str(root / "config.json"))
     except ValueError as err:
@@ -311,7 +311,7 @@ def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
             continue
         if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
             raise CheckpointError("an fp8-quantized model cannot be saved here: save the model before quantizing it, "
-                                  "then write its FP8 checkpoint with python -m llada.fp8_checkpoint SRC DST")
+                                  "then write its FP8 checkpoint with python -m llada.weights.fp8_checkpoint SRC DST")
         if not m:
             out[hf_name(key)] = t.detach().contiguous()
             continue

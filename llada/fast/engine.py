@@ -1,10 +1,10 @@
 """Which engine runs a model's MoE layers: the fused Triton kernels ("fast") or the PyTorch reference.
 
     engine="reference"   `llada.model.Router` + `Experts` (a loop over experts, a host sync per layer),
-                         FP8 experts on `llada.kernels.reference`
+                         FP8 experts on `llada.fast.kernels.reference`
     engine="fast"        `FusedRouter` + the grouped-GEMM kernels: `FusedExperts` for bf16 weights (any
                          CUDA GPU from sm80; with the shared expert, the layer's norms and the router in
-                         the MoE's own launches, `llada.fast_layers`), `FP8Experts` on Triton for FP8
+                         the MoE's own launches, `llada.fast.layers`), `FP8Experts` on Triton for FP8
                          weights (sm89 / sm90)
     engine="auto"        fast on CUDA when its self-check passes, the reference otherwise
 
@@ -12,7 +12,8 @@
 copied) and, for the fast engine, runs the self-check on *this* model: `self_check`, one MoE layer at
 M = 1 and 32 tokens through both paths, the experts compared on the same routing (relative RMSE), the
 routers on the experts they pick, and a fused layer's MoE half (add + norm, routed and shared experts:
-`FusedLayer.moe_error`); then `decode_check`, a short greedy decode (CHECK_DECODE: a few
+`FusedLayer.moe_error`); then, when the caller hands in its decoder (`decode=llada.decode.generate`: this
+wing never imports the decode loop), `decode_check`, a short greedy decode (CHECK_DECODE: a few
 blocks, editing on) on the fast engine and again on the reference, whose traces must be equal (output
 ids, and the active block before every decode forward: the same tokens at the same steps). A kernel
 that does not compile or load, or a mismatch, puts the reference back ("auto") or raises `EngineError`
@@ -24,16 +25,20 @@ TRITON_INTERPRET=1 was set before triton was imported, and is refused otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
 
+from ..config import DecodeConfig
+from ..model import Experts, LLaDA2MoE, Router
 from . import kernels
-from .config import DecodeConfig
-from .fast_layers import FusedExperts, FusedLayer, fuse_layers, unfuse_layers
 from .kernels.reference import rel_rmse
-from .model import Experts, LLaDA2MoE, Router
+from .layers import FusedExperts, FusedLayer, fuse_layers, unfuse_layers
 from .quantize import FP8Experts, FusedRouter
+
+if TYPE_CHECKING:
+    from ..trace import Trace
 
 ENGINES = ("auto", "fast", "reference")
 CHECK_TOKENS = (1, 32)
@@ -184,14 +189,16 @@ def _agreement(a: torch.Tensor, b: torch.Tensor) -> float:
     return same.float().mean().item()
 
 
+Generate = Callable[..., "Trace"]  # `llada.decode.generate`: (model, prompt ids, cfg, mask id, EOS id) -> Trace
+
+
 @torch.no_grad()
-def decode_check(model: LLaDA2MoE, ids: tuple[int, int] | None = None, cfg: DecodeConfig = CHECK_DECODE) -> dict:
+def decode_check(model: LLaDA2MoE, generate: Generate, ids: tuple[int, int] | None = None,
+                 cfg: DecodeConfig = CHECK_DECODE) -> dict:
     """A short decode of `model` (on the fast engine) and of the reference; equal traces or where they part.
 
     ids: the model's (mask id, EOS id); None: the vocabulary's last two ids (any pair of ids checks the same
     arithmetic). The prompt is CHECK_PROMPT fixed ids; the model is back on the fast engine afterwards."""
-    from .decode import generate
-
     vocab = model.config.vocab_size
     mask, eos = ids if ids is not None else (vocab - 1, vocab - 2)
     prompt = [t for t in ((k * 7919 + 11) % vocab for k in range(2 * CHECK_PROMPT)) if t not in (mask, eos)]
@@ -224,11 +231,12 @@ def _first_difference(fast, ref) -> str | None:
 
 
 def use_engine(model: LLaDA2MoE, engine: str = "auto", check: bool = True,
-               ids: tuple[int, int] | None = None, decode: bool = True) -> EngineReport:
+               ids: tuple[int, int] | None = None, decode: Generate | None = None) -> EngineReport:
     """Put `model` on `engine` in place (see the module docstring); the report says what runs and why.
 
-    ids: the model's (mask id, EOS id) for the decode check (None: see `decode_check`). decode=False skips
-    the decode check (random-weight benchmarks: near-uniform logits tie everywhere; the layer check stays)."""
+    ids: the model's (mask id, EOS id) for the decode check (None: see `decode_check`). decode: the decoder
+    the decode check runs (`llada.decode.generate`); None skips it (random-weight benchmarks: near-uniform
+    logits tie everywhere; the layer check stays)."""
     if engine not in ENGINES:
         raise EngineError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "reference":
@@ -251,12 +259,12 @@ def _on_cuda(model: LLaDA2MoE) -> bool:
     return model.device.type == "cuda"
 
 
-def _checked(model: LLaDA2MoE, engine: str, ids: tuple[int, int] | None, with_decode: bool) -> EngineReport:
+def _checked(model: LLaDA2MoE, engine: str, ids: tuple[int, int] | None, generate: Generate | None) -> EngineReport:
     checks, decode = [], None
     try:
         checks = self_check(model)
         if all(c["ok"] for c in checks):
-            decode = decode_check(model, ids) if with_decode else {"ok": True, "skipped": True}
+            decode = decode_check(model, generate, ids) if generate else {"ok": True, "skipped": True}
     except Exception as err:  # noqa: BLE001  (a compile error, OutOfResources, a launch failure)
         checks.append({"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
                        "ok": False})

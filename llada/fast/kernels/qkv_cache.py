@@ -1,6 +1,6 @@
 """Attention's inputs from the fused qkv projection in one Triton launch, keys and values straight into the cache.
 
-Reference: `llada.kernels.reference.qkv_rope_cache` (what the static forward does with plain ops:
+Reference: `llada.fast.kernels.reference.qkv_rope_cache` (what the static forward does with plain ops:
 split, QK-norm + RoPE of q and of k, two `index_copy_` into the cache at slots start..start+T-1,
 with the `arange` and `add` that make the slots: seven launches). Per (b, t, head) of the
 projection (B, T, nH + 2 nKV, D), one program:
@@ -9,10 +9,10 @@ projection (B, T, nH + 2 nKV, D), one program:
     nH <= head < nH+nKV  k: RMSNorm (key weight), RoPE          -> k_cache (B, nKV, S, D) at slot start + t
     the rest             v: copied                              -> v_cache at slot start + t
 
-`start` is a 0-d long tensor on the device (the static path of `llada.graphs`: nothing depends on
+`start` is a 0-d long tensor on the device (the static path of `llada.fast.graphs`: nothing depends on
 its value on the host). A slot at or past the cache's S slots is not written (the reference's
 `index_copy_` raises there; a graph cannot): the kernel never writes outside the cache. The norm and
-rotation are `llada.kernels.norms._norm_rope_head`, the very code of the QK-norm + RoPE kernel.
+rotation are `llada.fast.kernels.norms._norm_rope_head`, the very code of the QK-norm + RoPE kernel.
 """
 
 from __future__ import annotations

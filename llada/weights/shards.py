@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-          "F8_E4M3": torch.float8_e4m3fn}  # F8_E4M3: the experts of an FP8 checkpoint (llada.fp8_checkpoint)
+          "F8_E4M3": torch.float8_e4m3fn}  # F8_E4M3: the experts of an FP8 checkpoint (llada.weights.fp8_checkpoint)
 CHUNK = 64 << 20  # staging buffer: large enough for full-speed reads, small beside any model
 MAX_HEADER = 100 << 20  # the safetensors format's own limit on the JSON header
 
@@ -76,7 +76,7 @@ def _entry(path: Path, name: str, meta, start: int, size: int) -> Entry:
         raise ShardError(f"{path}: cannot read safetensors file (bad header entry for tensor {name})") from None
     if kind not in DTYPES:
         raise ShardError(f"{path}: tensor {name} has dtype {kind}; this loader reads {', '.join(DTYPES)} "
-                         "(of pre-quantized checkpoints it reads those python -m llada.quantize writes)")
+                         "(of pre-quantized checkpoints it reads those python -m llada.fast.quantize writes)")
     entry = Entry(name, path, DTYPES[kind], shape, start + begin, start + end)
     if end - begin != entry.numel * entry.dtype.itemsize or entry.end > size:
         raise ShardError(f"{path}: tensor {name} is truncated or its byte range does not match its shape {shape}")

@@ -21,11 +21,11 @@ that has none is recorded into a graph on its second call and replayed afterward
 memory pool per length). A run's StepGraphs, with its KV cache and graphs, is kept on the model when
 the run ends and lent to the next run of the same shape (`step_graphs`, at most POOL_SIZE kept), whose
 forwards then replay from the first call. `graph_ready(model)` tells beforehand whether a model can be
-graphed: its routed experts must run on the Triton kernels (the fast engine of `llada.engine`: bf16
+graphed: its routed experts must run on the Triton kernels (the fast engine of `llada.fast.engine`: bf16
 `FusedExperts` or FP8 experts on Triton); the reference experts read their counts on the host, so
 the decode loop keeps such a model on its dynamic path. What counts as a host sync (`.item()`,
 `.tolist()`, `.cpu()`, `.to("cpu")`, `nonzero`, boolean-mask indexing, ...) is listed in
-`llada.kernels.launch`; it is seen on a CPU run as well. `capture=False` runs the same static forward eagerly on any device: the CPU tests
+`llada.fast.kernels.launch`; it is seen on a CPU run as well. `capture=False` runs the same static forward eagerly on any device: the CPU tests
 check it against the dynamic one.
 """
 
@@ -38,7 +38,8 @@ import torch
 from . import kernels
 from .kernels.fused_norm import fused
 from .kernels.launch import count_launches
-from .model import Experts, KVCache, LLaDA2MoE
+from ..kv_cache import KVCache
+from ..model import Experts, LLaDA2MoE
 
 
 def graph_ready(model: LLaDA2MoE) -> bool:

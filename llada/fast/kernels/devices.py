@@ -11,7 +11,7 @@ matter here, per block (the opt-in maximum, `cudaDevAttrMaxSharedMemoryPerBlockO
     sm90  H100, H200      232,448 B (227 KB)   132 SMs   FP8 via wgmma e4m3
 
 `spec_of(device)` reads a real device's numbers from PyTorch; `KNOWN` holds the stand-ins the
-ahead-of-time compile (`llada.kernels.aot`) targets on a machine without a GPU.
+ahead-of-time compile (`llada.fast.kernels.aot`) targets on a machine without a GPU.
 """
 
 from __future__ import annotations

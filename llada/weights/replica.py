@@ -1,6 +1,6 @@
 """A LLaDA2.1-mini replica in the real Hugging Face format, random weights, any size.
 
-    python -m llada.replica OUT [--shape tiny|load|mini] [--shard-mb N] [--seed S]
+    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--shard-mb N] [--seed S]
 
 writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is full size, ~32 GB):
 
@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import save_file
 
 from .checkpoint import INDEX
-from .config import ModelConfig
+from ..config import ModelConfig
 
 VOCAB = 157184
 SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mask|>", "<role>", "</role>",
@@ -194,7 +194,7 @@ def _progress(items, enabled: bool, desc: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llada.replica", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m llada.weights.replica", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="directory to write (created)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
     parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
