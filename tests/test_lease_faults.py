@@ -21,7 +21,10 @@ from llada.fast.kernels.fused_norm import FusedSwiGLU
 from llada.model import SwiGLU
 from llada.norm_rope import rope_cos_sin, rope_table
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph replay needs a CUDA GPU")
+def cuda(test):
+    """A test that needs a CUDA GPU: marked `gpu`, skipped without one."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph replay needs a CUDA GPU")
+    return pytest.mark.gpu(skip(test))
 
 
 def test_a_rope_table_that_grows_keeps_the_old_one_alive():
