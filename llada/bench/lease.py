@@ -107,8 +107,8 @@ class Lease:
         self.start, self.budget = time.monotonic(), args.budget
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        for name in (SUMMARY, LOG, TAR):
-            (self.out / name).unlink(missing_ok=True)
+        for old in [self.out / n for n in (SUMMARY, LOG, TAR)] + list(self.out.glob("tuned-*.json")):
+            old.unlink(missing_ok=True)  # an earlier lease's files: DIR holds this one's alone
         self.work = Path(tempfile.mkdtemp(prefix="lease-"))
         self.env = os.environ | ({"TRITON_INTERPRET": "1"} if args.dry_run else {}) | {"PYTHONUNBUFFERED": "1"}
         self.summary = {"command": "python -m llada.bench lease " + " ".join(argv), "commit": _commit(),
@@ -150,12 +150,16 @@ class Lease:
         logs = [self.work / f"{part.name}{'' if len(part.argvs) == 1 else f'-{k}'}.log" for k in range(len(part.argvs))]
         self.say(f"{part.name}: start ({part.what}); {room:.0f} s at most")
         begun = time.monotonic()
+        outputs = [open(log, "w") for log in logs]
         try:
-            procs = [subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+            procs = [subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
-                     for argv, log in zip(part.argvs, logs)]
+                     for argv, output in zip(part.argvs, outputs)]
         except OSError as err:  # the interpreter or a folder is missing: nothing ran
             return {"status": "failed", "seconds": 0.0, "returncode": None, "error": f"{type(err).__name__}: {err}"}
+        finally:
+            for output in outputs:
+                output.close()  # the children hold their own copies
         codes, killed = [], False
         for proc in procs:
             try:
@@ -181,7 +185,10 @@ def _measured(path: Path | None, record: dict) -> dict:
     """What a part's JSON says: its figures, or for the tune each token count's winner."""
     if path is None or not path.exists():
         return {}
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:  # cut off mid-write when the part was killed
+        return {"measured_error": f"{path.name} does not parse: {err}"}
     if "figures" in data:
         return {"measured": data["figures"]}
     if "shapes" in data:  # the tuned table
