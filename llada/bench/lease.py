@@ -210,7 +210,8 @@ def _append_log(log: Path, part_log: Path, name: str) -> str:
     """Append a part's output to the lease log (its head and tail when long); its last lines."""
     text = part_log.read_text(errors="replace") if part_log.exists() else ""
     if len(text) > LOG_KEEP:
-        text = text[:LOG_KEEP // 4] + f"\n[... {len(text) - LOG_KEEP} characters left out ...]\n" + text[-3 * LOG_KEEP // 4:]
+        cut = f"\n[... {len(text) - LOG_KEEP} characters left out ...]\n"
+        text = text[:LOG_KEEP // 4] + cut + text[-3 * LOG_KEEP // 4:]
     with open(log, "a") as out:
         out.write(f"\n===== {name}: {part_log.name} =====\n{text}\n")
     return "\n".join(text.strip().splitlines()[-5:])[-600:]
