@@ -47,7 +47,8 @@ def bounds(monkeypatch):
     def init_args_checked(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
         tensors = [a for a in [*args_hst, *kwargs_hst.values()] if isinstance(a, torch.Tensor)]
-        valid["addresses"] = np.unique(np.concatenate([element_addresses(t) for t in tensors] or [[]])).astype(np.uint64)
+        addresses = np.concatenate([element_addresses(t) for t in tensors] or [[]])
+        valid["addresses"] = np.unique(addresses).astype(np.uint64)
         return args_hst, kwargs_hst
 
     def checked(access):
@@ -62,7 +63,8 @@ def bounds(monkeypatch):
         return run
 
     monkeypatch.setattr(interp.GridExecutor, "_init_args_hst", init_args_checked)
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load", checked(interp.InterpreterBuilder.create_masked_load))
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load",
+                        checked(interp.InterpreterBuilder.create_masked_load))
     monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_store",
                         checked(interp.InterpreterBuilder.create_masked_store))
     yield

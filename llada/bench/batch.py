@@ -153,6 +153,7 @@ def main(argv: list[str]) -> int:
 
 
 def _line(name: str, r: dict) -> str:
-    return (f"{name} B={r['batch']:2d}: {r['tokens_per_s']:8.1f} tokens/s, {r['tokens']} tokens in {r['seconds']:.2f} s, "
-            f"{r['model_calls']} model calls, row latency mean {r['latency_mean_s']:.3f} s p90 {r['latency_p90_s']:.3f} s, "
+    return (f"{name} B={r['batch']:2d}: {r['tokens_per_s']:8.1f} tokens/s, {r['tokens']} tokens in "
+            f"{r['seconds']:.2f} s, {r['model_calls']} model calls, row latency mean {r['latency_mean_s']:.3f} s "
+            f"p90 {r['latency_p90_s']:.3f} s, "
             f"same outputs as B=1: {r['outputs_equal_b1']}")

@@ -72,7 +72,8 @@ def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str, weig
     experts.w2.normal_(0, I ** -0.5, generator=g)
     router_w = torch.randn(E, H, device=device, generator=g).to(dtype) * H ** -0.5
     if weights == "fp8":
-        fused = (*kernels.quantize_weight_fp8(experts.w13, impl=impl), *kernels.quantize_weight_fp8(experts.w2, impl=impl))
+        fused = (*kernels.quantize_weight_fp8(experts.w13, impl=impl),
+                 *kernels.quantize_weight_fp8(experts.w2, impl=impl))
     else:
         fused = (experts.w13, None, experts.w2, None)
     return Layer(experts, router_w, torch.zeros(E, device=device), fused)
@@ -94,7 +95,8 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 
 
 def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up, SiLU·mul, down)."""
+    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up,
+    SiLU·mul, down)."""
     from ..kernels import fused_moe, router
 
     ids, weights, routing, _ = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
@@ -136,7 +138,8 @@ def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> di
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
     ids, weights = route_reference(x, layer, shape)
-    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape, layer.fp8)}
+    row = {"tokens": M, "experts_touched": int(ids.unique().numel()),
+           "weight_bytes": weight_bytes(ids, shape, layer.fp8)}
     row["layer_bytes"] = row["weight_bytes"] + layer.router_w.numel() * layer.router_w.element_size() + 2 * x.nbytes
     if impl == "triton":
         out, launches, gemm = fused_plan(x, layer, shape)
@@ -240,7 +243,8 @@ def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int
 
 def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str, fp8: bool = True) -> None:
     table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
-    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]) + ("" if fp8 else "-bf16")
+    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"])
+    key += "" if fp8 else "-bf16"
     rows = [row for row in rows if row["gemm_ms"] is not None]  # a token count with nothing timed keeps the default
     kept = [r for r in table["shapes"].get(key, []) if r["tokens"] not in {row["tokens"] for row in rows}]
     table["shapes"][key] = sorted(kept + rows, key=lambda r: r["tokens"])

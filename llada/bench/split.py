@@ -157,7 +157,8 @@ def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llada.bench split", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--rows", type=int, default=96, help="the batch bench's workload to take the rows from (default 96)")
+    parser.add_argument("--rows", type=int, default=96,
+                        help="the batch bench's workload to take the rows from (default 96)")
     parser.add_argument("--repeats", type=int, default=20, help="alternations of the two ways (default 20)")
     parser.add_argument("--inner", type=int, default=10, help="forwards per alternation, best kept (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")

@@ -76,7 +76,8 @@ def main(argv: list[str]) -> int:
         "bench": "stream", "model": str(args.model), "mode": args.mode, "settings": cfg.to_dict(),
         "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "runs": runs, "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-        "aggregate_tokens_per_s": round(tokens / seconds, 2), "tpf": round(tokens / sum(r["forwards"] for r in runs), 3),
+        "aggregate_tokens_per_s": round(tokens / seconds, 2),
+        "tpf": round(tokens / sum(r["forwards"] for r in runs), 3),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     out = Path(args.out or f"bench/results/stream-{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
