@@ -29,6 +29,15 @@ def generous_budget():
     yield
     runs.BUDGET = before
 
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    """Each test starts on the thread count set above: the benchmarks' `--threads` sets a process-wide value."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "llada2_tiny_ref"
 
 TINY_TEXT = [

@@ -237,13 +237,17 @@ def test_stop_ends_a_sweep_and_keeps_its_points(browser, app_url):
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 def test_screenshots(browser, app_url, dark):
+    """The explorer in each theme, on a desktop and then on a phone: every point drawn, the page in the theme
+    asked for, and on the phone no sideways scroll."""
     page = open_explorer(browser, app_url, "desktop", dark)
     measured(page)
-    chart_points(page)
+    assert len(chart_points(page)) == POINTS and table_rows(page) == POINTS
+    assert page.evaluate("document.body.classList.contains('dark')") == dark
     theme = "dark" if dark else "light"
     page.screenshot(path=str(ARTIFACTS / f"explorer-desktop-{theme}.png"), full_page=True)
     page.set_viewport_size(VIEWPORTS["phone"])
     page.wait_for_function("document.querySelector('#explorer-chart .main-svg').getBoundingClientRect().width"
                            " <= window.innerWidth", timeout=60_000)  # Plotly resizes the chart to the new width
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(ARTIFACTS / f"explorer-phone-{theme}.png"), full_page=True)
     page.close()

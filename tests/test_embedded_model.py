@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,13 @@ def test_checkpoint_is_small_and_a_real_moe(pipe):
 
 
 def test_presets_are_the_models_own(pipe):
-    for mode in ("S", "Q", "M2T"):
-        assert (MODEL / "presets.json").exists()
-        pipe.config(mode)  # valid
+    """Each mode decodes with the settings of assets/model/presets.json (its EOS early stop is not the official
+    table's)."""
+    shipped = json.loads((MODEL / "presets.json").read_text())
+    assert set(shipped) == {"S", "Q", "M2T"}
+    for mode, settings in shipped.items():
+        cfg = pipe.config(mode)
+        assert {key: getattr(cfg, key) for key in settings} == settings, mode
     assert pipe.config("M2T").editing_threshold is None
     assert pipe.config("S").threshold < pipe.config("Q").threshold
 
@@ -36,6 +41,8 @@ def test_generates_code_and_stops(pipe):
     text = pipe.decode_text(result.output_ids)
     assert result.output_ids and text.strip()
     assert result.num_decode_forwards < 64  # drafting fills several tokens per forward
+    # it stops: the answer ends at its first EOS, before the 64 tokens it was allowed
+    assert len(result.output_ids) < 64 and result.output_ids.index(pipe.eos_id) == len(result.output_ids) - 1
 
 
 def test_a_function_opening_gets_a_body_that_parses(pipe):

@@ -43,7 +43,7 @@ from ..kernels import configs
 from ..kernels.launch import run
 from ..kernels.reference import rel_rmse
 from ..model import Experts
-from .timing import copy_gb_per_s, device_info, graphed, time_ms
+from .timing import copy_gb_per_s, device_info, graphed, start, time_ms, write_report
 
 SHAPES = {  # hidden H, expert width I, experts E, experts per token K, router groups
     "llada2.1-mini": {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, "topk_group": 4},
@@ -273,9 +273,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = start(args.threads)
     smoke = args.smoke or device.type != "cuda"
     shape_name = "smoke" if smoke else args.shape
     shape, tokens = SHAPES[shape_name], args.tokens or ([1, 8, 32] if smoke else [1, 8, 32, 128, 512])
@@ -300,9 +298,7 @@ def main(argv: list[str]) -> int:
                      "shape": shape_name, "sizes": shape, "tokens": tokens, "copy_gb_per_s": copy, "rows": rows,
                      "timing": "do_bench, L2 flushed, CUDA graph" if device.type == "cuda" else "wall clock (smoke)",
                      "reference": "llada.model.Experts (loop over experts) in " + str(dtype).removeprefix("torch.")}
-    out = Path(args.out or f"bench/results/kernels-{device.type}{'-smoke' if smoke else ''}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/kernels-{device.type}{'-smoke' if smoke else ''}.json")
     print(f"[kernels] wrote {out}", file=sys.stderr)
     return 0
 
