@@ -1,7 +1,11 @@
-"""Shared test fixtures: the reference checkpoint, and a tiny random model with a real tokenizer.
+"""Shared test fixtures: the reference checkpoint, and a tiny random model with a real tokenizer; the markers.
 
 Sizes are odd on purpose (vocab from a small BPE, hidden 48, 3 heads) so that shape bugs fail loudly.
 Real LLaDA2.1-mini: hidden 2048, 20 layers, 256 experts top-8.
+
+Markers (pytest.ini), given here by file: `browser` (drives Chromium), `slow` (a file that takes a minute or
+more on 2 shared cores: soaks, training runs, HumanEval, sweeps through the app), `gpu` (needs CUDA: skipped
+without it). The loop while editing is `python -m pytest -m "not browser and not slow"`.
 """
 
 from __future__ import annotations
@@ -11,11 +15,33 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# idle OpenMP threads sleep instead of spinning: on shared cores (parallel workers, the browser, servers) a
+# spinning thread takes the core its partner needs (a two-thread test ran 25 s passive, minutes spinning)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():  # no GPU: Triton kernels run under the CPU interpreter (set before import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared cores only slow them down
+
+
+BROWSER = "test_browser"  # file names starting so drive Chromium
+SLOW = {}  # file name -> why its tests take long
+GPU_REASON = "needs a CUDA GPU"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its file (browser, slow), and skip the `gpu` ones where torch sees no CUDA."""
+    for item in items:
+        name = item.path.name
+        if name.startswith(BROWSER):
+            item.add_marker(pytest.mark.browser)
+        if name in SLOW:
+            item.add_marker(pytest.mark.slow)
+        gpu = item.get_closest_marker("gpu")
+        if gpu is not None and not torch.cuda.is_available():
+            item.add_marker(pytest.mark.skip(reason=gpu.kwargs.get("reason", GPU_REASON)))
 
 
 @pytest.fixture(autouse=True, scope="session")

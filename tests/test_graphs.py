@@ -16,7 +16,7 @@ from llada.kernels.launch import count_launches
 from llada.model import block_causal_mask
 from golden_cases import case_config
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+needs_cuda = pytest.mark.gpu(reason="CUDA graphs need a GPU")
 
 
 WINDOWS = {  # (lo, hi, groups_hi) with block length 4 over a cache of 24: the loop's three kinds of forward
