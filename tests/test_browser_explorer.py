@@ -18,8 +18,7 @@ import pytest
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 
-from ui_helpers import free_port  # noqa: E402
-from ui.demo import LOOK  # noqa: E402
+from ui_helpers import serve  # noqa: E402
 
 
 GRID = {"tau_masks": ["0.5", "0.9"], "tau_edits": ["off", "0.5"], "tasks": ["add"], "n": 1, "block_length": 8}
@@ -66,10 +65,7 @@ def app_url(tiny_model_dir, tmp_path_factory, cache_dir):
     model = Path(shutil.copytree(tiny_model_dir, tmp_path_factory.mktemp("explorer") / "tiny-with-presets"))
     write_presets(FAST_PRESETS, model)
     demo = explorer_app(model, cache_dir)
-    port = free_port()
-    demo.queue(max_size=16, default_concurrency_limit=8).launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
-    yield f"http://127.0.0.1:{port}/"
+    yield serve(demo)
     demo.close()
 
 
