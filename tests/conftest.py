@@ -27,7 +27,32 @@ torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared c
 
 
 BROWSER = "test_browser"  # file names starting so drive Chromium
-SLOW = {}  # file name -> why its tests take long
+SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on 2 shared cores, --durations)
+    "test_engine_select.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_graphs.py::test_fast_engine_static_path_reproduces_the_golden_trace": "the same, on the static path",
+    "test_kernels_aot.py": "every kernel compiled for three GPUs through ptxas",
+    "test_kernels_census.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_fused_ops.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_moe.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_poison.py": "Triton kernels run by the CPU interpreter, every address checked",
+    "test_bench_decode.py": "a benchmark's smoke run",
+    "test_bench_kernels.py": "a benchmark's smoke run (interpreted kernels, tuning)",
+    "test_bench_load.py": "a benchmark's smoke run: a replica written and loaded in a fresh process",
+    "test_bench_stream.py": "a benchmark's smoke run on the embedded model",
+    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact": "every mode of the embedded model, in float64",
+    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact_on_two_threads": "the same, on two threads",
+    "test_batch_eval.py": "evaluations run batched and one by one",
+    "test_fp8_checkpoint.py": "checkpoint conversions in fresh processes",
+    "test_replica.py": "replica checkpoints written and loaded",
+    "test_humaneval.py": "HumanEval runs of the embedded model",
+    "test_humaneval_agree.py": "HumanEval+ scored by this harness and by EvalPlus",
+    "test_humaneval_task.py": "HumanEval items decoded and run in the sandbox",
+    "test_train_run.py": "training runs",
+    "test_memory_soak.py": "a soak: repeated visits while the heap is watched",
+    "test_soak.py": "a soak: visitors against a served app",
+    "test_reliability.py": "the app under many and concurrent sessions",
+    "test_zerogpu.py": "the Space's app started in a fresh process",
+}
 GPU_REASON = "needs a CUDA GPU"
 
 
@@ -37,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
         name = item.path.name
         if name.startswith(BROWSER):
             item.add_marker(pytest.mark.browser)
-        if name in SLOW:
+        if name in SLOW or f"{name}::{item.originalname}" in SLOW:
             item.add_marker(pytest.mark.slow)
         gpu = item.get_closest_marker("gpu")
         if gpu is not None and not torch.cuda.is_available():
