@@ -116,7 +116,7 @@ def run_generate(args) -> list[dict]:
     else:
         ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
         out = [_result(pipe, pipe.generate(ids, cfg))]
-    print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.engine)
+    print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.fast.engine)
     return out
 
 
@@ -168,7 +168,7 @@ def _encode(pipe, text: str, chat) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .checkpoint import CheckpointError
+    from .weights.checkpoint import CheckpointError
 
     with warnings.catch_warnings():
         warnings.showwarning = _one_line  # e.g. a special id taken from the LLaDA2.x defaults

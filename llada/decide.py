@@ -1,10 +1,13 @@
-"""A round's decisions: every row's sampling and the step rule at once, each row's as it gets alone.
+"""Sampling and a round's decisions: logits to (x0, p), and the step rule for every row at once.
 
-After a row-batched forward, each decode row needs x0 and p from its logits (`llada.sampling`) and the
+Turning logits into a token and its confidence p: greedy, or temperature / top-k / top-p sampling
+(`sample_tokens`); greedy rows of one forward in one pass (`greedy_rows`).
+
+After a row-batched forward, each decode row needs x0 and p from its logits and the
 rule's decision on its window (`llada.rule.step`). `decide` makes them for all rows together: greedy
 rows share one softmax over the forward's logits in place (`greedy_joined`), rows that sample draw from
 their own generator one by one, and rows with windows of one length share one call of the rule, with
-their own settings. Nothing is applied here: each row's loop applies its `Decision` and records it.
+their own settings. Nothing is applied here: each row's loop applies its `WindowUpdate` and records it.
 """
 
 from __future__ import annotations
@@ -14,10 +17,84 @@ from typing import NamedTuple
 import torch
 
 from . import rule
-from .sampling import greedy_joined, sample_tokens
 
 
-class Decision(NamedTuple):
+def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
+                  top_p: float | None = None, generator: torch.Generator | None = None):
+    """logits (N, V) fp32 -> tokens (N,) and their probabilities p (N,) under the sampling distribution.
+
+    temperature 0 is greedy: the argmax and its softmax probability."""
+    if temperature == 0:
+        p, x0 = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+        return x0, p
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    if top_p is not None and top_p < 1.0:
+        logits = _nucleus(logits, top_p)
+    probs = torch.softmax(logits, dim=-1)  # (N, V)
+    x0 = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return x0, probs.gather(-1, x0[:, None]).squeeze(-1)
+
+
+def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability reaches top_p (the best token always stays)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+    drop_sorted = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already enough
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, -torch.inf)
+
+
+CHUNK = 1 << 22  # greedy_rows takes the softmax of at most this many logits at once (16 MiB in fp32)
+
+
+def greedy_rows(logits: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Greedy (x0, p) of several (T_i, V) logits at once, each as `sample_tokens` gives it alone: the
+    softmax and the max work row by row, so rows side by side change nothing. Logits that lie in one
+    stretch of one tensor (a row-batched forward's) are read there, without a copy, `CHUNK` logits at a
+    time (a large vocabulary's softmax is not held for every row at once); others one tensor at a time."""
+    joined = greedy_joined(logits)
+    if joined is None:
+        return [sample_tokens(t) for t in logits]
+    x0, p, offsets = joined
+    return [(x0[at:at + t.shape[0]], p[at:at + t.shape[0]]) for t, at in zip(logits, offsets)]
+
+
+def greedy_joined(logits: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[int]] | None:
+    """`greedy_rows` of logits that share one stretch of one tensor: x0, p (rows of the stretch,) and where
+    each logits' rows start in them; None when they do not share one."""
+    region, offsets = _shared_region(logits)
+    if region is None:
+        return None
+    step = max(1, CHUNK // region.shape[1])
+    parts = [torch.softmax(region[a:a + step].float(), dim=-1).max(dim=-1) for a in range(0, region.shape[0], step)]
+    p, x0 = (parts[0].values, parts[0].indices) if len(parts) == 1 else \
+        (torch.cat([part.values for part in parts]), torch.cat([part.indices for part in parts]))  # (rows,) each
+    return x0, p, offsets
+
+
+def _shared_region(logits: list[torch.Tensor]) -> tuple[torch.Tensor | None, list[int]]:
+    """The stretch of rows of one tensor that holds every (T_i, V) logits, and where each starts in it;
+    (None, []) when they do not share one, or it holds more than twice their rows (plus 8)."""
+    first = logits[0]
+    V = first.shape[-1]
+    if not all(t.dim() == 2 and t.shape[1] == V and t.is_contiguous() and t.dtype == first.dtype
+               and t.device == first.device and t.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+               for t in logits):
+        return None, []
+    starts = [t.storage_offset() for t in logits]
+    lo = min(starts)
+    hi = max(start + t.numel() for start, t in zip(starts, logits))
+    rows = (hi - lo) // V
+    if any((start - lo) % V for start in starts) or (hi - lo) % V or rows > 2 * sum(t.shape[0] for t in logits) + 8:
+        return None, []
+    return first.as_strided((rows, V), (V, 1), lo), [(start - lo) // V for start in starts]
+
+
+
+class WindowUpdate(NamedTuple):
     """The rule's decision on one row's window [lo, hi), with what the step's record lists."""
 
     tokens: torch.Tensor  # (W,) the window after the step
@@ -37,10 +114,10 @@ class Window(NamedTuple):
     hi: int
 
 
-def decide(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> list[Decision]:
-    """Each run's `Decision` on its window, from its logits (W, V) (`runs`: `llada.decode._Run`s)."""
+def decide(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> list[WindowUpdate]:
+    """Each run's `WindowUpdate` on its window, from its logits (W, V) (`runs`: `llada.loop.Run`s)."""
     x0p = _Sampled(runs, logits)
-    out: list[Decision | None] = [None] * len(runs)
+    out: list[WindowUpdate | None] = [None] * len(runs)
     by_width: dict[int, list[int]] = {}
     for i, w in enumerate(windows):
         by_width.setdefault(w.hi - w.lo, []).append(i)
@@ -75,7 +152,7 @@ class _Sampled:
         return torch.stack([x0 for x0, _ in pairs]), torch.stack([p for _, p in pairs])
 
 
-def _rule(runs: list, windows: list[Window], x0p: _Sampled, rows: list[int]) -> list[Decision]:
+def _rule(runs: list, windows: list[Window], x0p: _Sampled, rows: list[int]) -> list[WindowUpdate]:
     """One call of the rule for `rows`, whose windows have one length W."""
     W = windows[rows[0]].hi - windows[rows[0]].lo
     lo = [windows[i].lo for i in rows]
@@ -90,5 +167,5 @@ def _rule(runs: list, windows: list[Window], x0p: _Sampled, rows: list[int]) -> 
                   num_to_transfer=[c.num_to_transfer for c in cfgs])
     old, new, conf, after = tokens.tolist(), x0.tolist(), p.tolist(), d.tokens.tolist()
     drafted, edited, mbe = torch.stack([d.drafted, d.edited, d.mbe_edited]).tolist()
-    return [Decision(d.tokens[r], after[r], old[r], new[r], conf[r], drafted[r], edited[r], mbe[r])
+    return [WindowUpdate(d.tokens[r], after[r], old[r], new[r], conf[r], drafted[r], edited[r], mbe[r])
             for r in range(len(rows))]

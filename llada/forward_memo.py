@@ -1,4 +1,4 @@
-"""Row forwards already computed, kept by their inputs: a row asked again is answered without the model.
+"""RowInput forwards already computed, kept by their inputs: a row asked again is answered without the model.
 
 A sweep decodes every item under each of its settings, and most of those decodes ask for forwards
 that another decode already ran: every setting's first forward of an item is the same (the prompt and
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from .model import LLaDA2MoE, Row
+from .model import LLaDA2MoE, RowInput
 
 MAX_BYTES = 96 << 20  # ~500 rows of 32 tokens of the embedded model (logits 128 KB, keys/values 64 KB each)
 
@@ -48,13 +48,13 @@ class ForwardMemo:
         self.hits = self.misses = 0
 
     @staticmethod
-    def key(row: Row) -> tuple | None:
+    def key(row: RowInput) -> tuple | None:
         """What a kept row's output depends on; None for a row that is never kept (reads a cache, has a mask)."""
         if row.start != 0 or row.mask is not None:
             return None
         return tuple(row.ids.tolist()), row.cache is None, row.logits
 
-    def forward_rows(self, model: LLaDA2MoE, rows: list[Row]) -> list[torch.Tensor | None]:
+    def forward_rows(self, model: LLaDA2MoE, rows: list[RowInput]) -> list[torch.Tensor | None]:
         """Per row logits as `model.forward_rows(rows)` gives them; the model runs only rows not kept, once each."""
         keys = [self.key(row) for row in rows]
         out = {i: self._answer(k, rows[i]) for i, k in enumerate(keys) if k in self.kept}  # row -> logits
@@ -73,7 +73,7 @@ class ForwardMemo:
         self.hits += len(rows) - len(todo)
         return [out[i] for i in range(len(rows))]
 
-    def _keep(self, key: tuple, row: Row, logits: torch.Tensor | None) -> None:
+    def _keep(self, key: tuple, row: RowInput, logits: torch.Tensor | None) -> None:
         T = row.ids.shape[0]
         kv = (None, None) if row.cache is None else (row.cache.k[:, :, :, :T].clone(), row.cache.v[:, :, :, :T].clone())
         kept = _Kept(None if logits is None else logits.clone(), *kv)  # clones: not views of the call's tensors
@@ -84,7 +84,7 @@ class ForwardMemo:
         while self.bytes > self.max_bytes:
             self.bytes -= self.kept.popitem(last=False)[1].bytes
 
-    def _answer(self, key: tuple, row: Row) -> torch.Tensor | None:
+    def _answer(self, key: tuple, row: RowInput) -> torch.Tensor | None:
         """A kept row's output for `row`: its keys/values written into row's cache, its logits returned."""
         kept = self.kept[key]
         self.kept.move_to_end(key)
@@ -95,7 +95,7 @@ class ForwardMemo:
         return kept.logits
 
 
-def _copy_cache(source: Row, row: Row) -> None:
+def _copy_cache(source: RowInput, row: RowInput) -> None:
     """The keys/values `source` wrote at [0, T), written into `row`'s cache."""
     if row.cache is not None:
         T = row.ids.shape[0]

@@ -1,4 +1,7 @@
-"""The LLaDA2 MoE forward pass, whole, in one file.
+"""The LLaDA2 MoE forward pass: every layer of the model in this file, its three leaves beside it.
+
+The leaves are imported from their own modules (this one re-exports nothing): RMSNorm and RoPE
+(`llada.norm_rope`), the KV cache (`llada.kv_cache`), the row-exact products (`llada.row_exact`).
 
 A pre-norm transformer whose attention is *block-causal*: the sequence is cut into blocks of
 `block_length` tokens from position 0, and a query in block b sees every key in blocks 0..b
@@ -34,9 +37,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .kv_cache import KVCache
-from .norm_rope import RMSNorm, add_norm, apply_rope, norm_rope, rope_cos_sin, rope_table  # noqa: F401
-from .row_exact import (linear, padded_rows, project, row_exact, row_exact_on, tile_product,  # noqa: F401
-                        tiled_linear, tiled_matmul, transposed)
+from .norm_rope import RMSNorm, add_norm, norm_rope, rope_cos_sin, rope_table
+from .row_exact import linear, padded_rows, project, row_exact, row_exact_on, tile_product, transposed
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -83,7 +85,7 @@ class Attention(nn.Module):
             out = self.attend(*self.qkv(x, cos, sin), mask, cache, layer, start)  # (B, nH, T, D)
         return project(self.dense, out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
-    def forward_rows(self, x, cos, sin, rows: list["Row"], layer: int):
+    def forward_rows(self, x, cos, sin, rows: list["RowInput"], layer: int):
         """x (1, N, H): the rows' tokens one after another (then padding) -> (1, N, H).
 
         The projections run over all N tokens; attention runs per group of alike rows (`attention_groups`),
@@ -124,14 +126,14 @@ class Attention(nn.Module):
         return torch.matmul(probs, v).view(R, self.n_head, T, D)
 
 
-def attention_key(row: "Row") -> tuple:
+def attention_key(row: "RowInput") -> tuple:
     """Rows with equal keys and no mask attend alike: the same T, the same keys (cache or not, same start)."""
     return row.mask is not None, row.cache is None, row.ids.shape[0], row.start
 
 
-def attention_groups(rows: list["Row"]) -> list[list["Row"]]:
+def attention_groups(rows: list["RowInput"]) -> list[list["RowInput"]]:
     """Consecutive rows with one `attention_key` and no mask, as groups (a row with a mask is alone)."""
-    groups: list[list[Row]] = []
+    groups: list[list[RowInput]] = []
     for row in rows:
         if groups and row.mask is None and groups[-1][0].mask is None and \
                 attention_key(groups[-1][0]) == attention_key(row):
@@ -278,7 +280,7 @@ class Layer(nn.Module):
         h = self.attention(self.input_layernorm(x), cos, sin, mask, cache, self.index, start)
         return self.ffn(*add_norm(self.post_attention_layernorm, x, h))
 
-    def forward_rows(self, x, cos, sin, rows: list["Row"]):
+    def forward_rows(self, x, cos, sin, rows: list["RowInput"]):
         return self.ffn(*add_norm(self.post_attention_layernorm, x,
                                   self.attention.forward_rows(self.input_layernorm(x), cos, sin, rows, self.index)))
 
@@ -287,7 +289,7 @@ class Layer(nn.Module):
         return self.mlp(h, residual=x) if isinstance(self.mlp, MoE) else x + self.mlp(h)
 
 
-class Row(NamedTuple):
+class RowInput(NamedTuple):
     """One sequence of a row-batched forward (`LLaDA2MoE.forward_rows`)."""
 
     ids: torch.Tensor  # (T,) long: the tokens of this call, at absolute positions start..start+T-1
@@ -348,7 +350,7 @@ class LLaDA2MoE(nn.Module):
         at [start, start+T) (committed only by `cache.commit`). positions (T,) overrides the absolute
         positions used by RoPE (training lays a clean and a noisy copy of a sequence side by side).
 
-        Static path (CUDA graphs, `llada.graphs`): `start` a 0-d long tensor on the device, a cache,
+        Static path (CUDA graphs, `llada.fast.graphs`): `start` a 0-d long tensor on the device, a cache,
         and a mask over all cache.capacity keys. Nothing then depends on start's value on the host."""
         B, T = input_ids.shape
         static = isinstance(start, torch.Tensor)
@@ -368,7 +370,7 @@ class LLaDA2MoE(nn.Module):
         x = self.norm(x)
         return x if hidden_only else project(self.lm_head, x).float()
 
-    def forward_rows(self, rows: list[Row]) -> list[torch.Tensor | None]:
+    def forward_rows(self, rows: list[RowInput]) -> list[torch.Tensor | None]:
         """Several sequences in one forward -> per row fp32 logits (T, V), or None where not wanted.
 
         Row-exact (module docstring): each row's logits and cache writes are bit for bit those of
@@ -381,7 +383,7 @@ class LLaDA2MoE(nn.Module):
             out[i] = row_logits
         return out
 
-    def _forward_rows(self, rows: list[Row]) -> list[torch.Tensor | None]:
+    def _forward_rows(self, rows: list[RowInput]) -> list[torch.Tensor | None]:
         sizes = [row.ids.shape[0] for row in rows]
         n = sum(sizes)
         device = self.device

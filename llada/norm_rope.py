@@ -6,7 +6,7 @@
     rope_table       the tables of positions [0, n) made once, read by position (the static forward)
 
 `norm_rope` and `add_norm` are where `llada.model` asks a norm for a fused step (QK-norm + RoPE; the
-residual add + RMSNorm): a norm that has the method (`llada.kernels.fused_norm.FusedRMSNorm`) does it in
+residual add + RMSNorm): a norm that has the method (`llada.fast.kernels.fused_norm.FusedRMSNorm`) does it in
 one launch, a plain one runs the ops below. Letter legend as in `llada.model`.
 """
 

@@ -10,7 +10,7 @@
     for row, record in pipe.stream_batch([ids, other], pipe.config("S")):            # (row, StepRecord)
         ...
 
-A batch runs its rows together (`llada.batch`): every row's trace is the one it gets alone.
+A batch runs its rows together (`llada.decode`): every row's trace is the one it gets alone.
 
 Modes come from `llada.presets`: the official table, overridden by the model's own presets.json;
 a named mode sets the settings it names and explicit settings override them (`config`).
@@ -32,14 +32,14 @@ from typing import Iterator
 
 import torch
 
-from .checkpoint import CheckpointError, load_model, read_config
+from .weights.checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
-from .batch import check_configs, decode_batch, generate_batch
+from .decode import check_configs, decode_batch, generate_batch
 from .decode import decode, generate
-from .engine import EngineReport, use_engine
+from .fast.engine import EngineReport, use_engine
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
-from .tokenizer import Tokenizer, load_tokenizer
+from .weights.tokenizer import Tokenizer, load_tokenizer
 from .trace import StepRecord, Trace
 
 MASK_TEXT, EOS_TEXT = "[MASK]", "<|endoftext|>"
@@ -60,16 +60,16 @@ class Pipeline:
     presets: dict[str, dict] = field(default_factory=lambda: merged({}))
     name: str = "model"
     path: Path | None = None
-    engine: EngineReport | None = None  # which MoE engine runs and why (`llada.engine`)
+    engine: EngineReport | None = None  # which MoE engine runs and why (`llada.fast.engine`)
 
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
              progress: bool = False, engine: str = "auto", decode_check: bool = True) -> "Pipeline":
-        """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.memory`).
+        """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.weights.memory`).
 
         quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears).
-        engine: "auto", "fast" or "reference" (`llada.engine.use_engine`; its report is `pipe.engine`);
+        engine: "auto", "fast" or "reference" (`llada.fast.engine.use_engine`; its report is `pipe.engine`);
         decode_check=False skips its decode check (random weights, where logits tie everywhere)."""
         root = Path(path)
         _, raw = read_config(root)  # the config's errors come first, before any weight is read
@@ -84,7 +84,7 @@ class Pipeline:
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
-        report = use_engine(model, engine, ids=(mask, eos), decode=decode_check)
+        report = use_engine(model, engine, ids=(mask, eos), decode=generate if decode_check else None)
         pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
         pipe.engine = report
         return pipe

@@ -112,7 +112,7 @@ def fixture_dir() -> Path:
 @pytest.fixture(scope="session")
 def ref_model(fixture_dir):
     """The reference checkpoint, loaded once (fp32 on CPU)."""
-    from llada.checkpoint import load_model
+    from llada.weights.checkpoint import load_model
 
     return load_model(fixture_dir)
 
@@ -163,7 +163,7 @@ def train_tiny_tokenizer(out: Path, vocab_size: int = 300) -> None:
 
 
 def make_tiny_model_dir(out: Path, seed: int = 0, **overrides) -> Path:
-    from llada.checkpoint import save_model
+    from llada.weights.checkpoint import save_model
     from llada.config import ModelConfig
     from llada.model import LLaDA2MoE
 
@@ -188,9 +188,9 @@ def make_tiny_model_dir(out: Path, seed: int = 0, **overrides) -> Path:
 
 @pytest.fixture(scope="session")
 def replica_dir(tmp_path_factory) -> Path:
-    """LLaDA2.1-mini scaled down in the real format (llada.replica): published config keys, sharded bf16
+    """LLaDA2.1-mini scaled down in the real format (llada.weights.replica): published config keys, sharded bf16
     with per-expert names and an index, vocab 157184 with <|endoftext|> 156892 and <|mask|> 156895, Ling template."""
-    from llada.replica import write_replica
+    from llada.weights.replica import write_replica
 
     return write_replica(tmp_path_factory.mktemp("replica") / "LLaDA2.1-mini", "tiny")
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-K = "llada/kernels/"
+K = "llada/fast/kernels/"
 PLANTS = [  # (what, file, text, planted text)
     ("up: weight K mask", K+"fused_moe.py", "        w_mask = col_ok[:, None] & k_ok[None, :]\n", "        w_mask = col_ok[:, None] & (k_ok[None, :] | True)\n"),
     ("up: weight column mask", K+"fused_moe.py", "        w_mask = col_ok[:, None] & k_ok[None, :]\n", "        w_mask = (col_ok[:, None] | True) & k_ok[None, :]\n"),

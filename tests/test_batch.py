@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada.batch import BatchDecoder, decode_batch, generate_batch
-from llada.checkpoint import load_model
+from llada.decode import BatchDecoder, decode_batch, generate_batch
+from llada.weights.checkpoint import load_model
 from llada.decode import generate
-from llada.model import Row, tiled_linear, tiled_matmul
+from llada.model import RowInput
+from llada.row_exact import tiled_linear, tiled_matmul
 from llada.pipeline import Pipeline
 from golden_cases import case_config
 
@@ -119,9 +120,9 @@ def test_forward_rows_gives_each_row_its_lone_logits_and_cache(ref_model):
             cache = ref_model.new_cache(48)
             with torch.inference_mode():
                 if lo:
-                    ref_model.forward_rows([Row(ids[:lo], 0, None, cache, False)])
+                    ref_model.forward_rows([RowInput(ids[:lo], 0, None, cache, False)])
                 cache.commit(lo)
-            out.append(Row(ids[lo:], lo, None, cache))
+            out.append(RowInput(ids[lo:], lo, None, cache))
         return out
 
     with torch.inference_mode():

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from llada import kernels as kernel_pkg
+from llada.fast import kernels as kernel_pkg
 from llada.bench import kernels
-from llada.kernels import configs
+from llada.fast.kernels import configs
 
 needs_triton = pytest.mark.skipif(not kernel_pkg.triton_available(), reason="triton is not installed")
 
@@ -50,7 +50,7 @@ def test_tuner_skips_what_does_not_fit_the_gpu_and_never_crashes(tmp_path, monke
     tuned table gets no row."""
     import dataclasses
 
-    from llada.kernels.devices import KNOWN
+    from llada.fast.kernels.devices import KNOWN
 
     l4, every = KNOWN[89], configs.candidates()
     fitting = next(c for c in every if configs.fits(c, l4))

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from llada.__main__ import main
-from llada.checkpoint import CheckpointError
-from llada.decode import NonFiniteLogits
+from llada.weights.checkpoint import CheckpointError
+from llada.loop import NonFiniteLogits
 from llada.pipeline import Pipeline
 
 MASK = 258  # the reference fixture names no mask token (see its golden.json)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -38,7 +37,7 @@ def explorer_app(model_dir: Path, cache_dir: Path):
     with gr.Blocks(title="explorer test") as demo:
         with gr.Tabs() as tabs:
             with gr.Tab("Playground", id="playground"):
-                pg = SimpleNamespace(
+                pg = explorer.PointTargets(
                     model=gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model"),
                     mode=gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode"),
                     tau_mask=gr.Slider(0, 1, value=0.5, step=0.01, label="τ_mask", elem_id="tau-mask"),

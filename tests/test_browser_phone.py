@@ -19,43 +19,12 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
+from contrast import TEXT_CONTRAST_JS as CONTRAST_JS
 from ui_helpers import shipped_app
 
 THEMES = {"light": "?__theme=light", "dark": "?__theme=dark"}
 WAIT = 90_000  # ms: a state is awaited this long at most (a loaded CI machine is slow, never this slow)
 EXAMPLE = "Edit (S): a garbled name in the draft, edited in the next forward"
-
-# WCAG contrast of an element's text against what is drawn behind it: the translucent backgrounds of the
-# element and its ancestors composited over the first opaque one (colours come as rgb(), rgba() or
-# color(srgb ...) from color-mix)
-INK = "getComputedStyle(el).color"  # the text colour CONTRAST_JS measures (another can be put in its place)
-CONTRAST_JS = """
-(el) => {
-  const parse = (c) => {
-    let m = c.match(/color\\(srgb ([-\\d.e]+) ([-\\d.e]+) ([-\\d.e]+)(?: \\/ ([-\\d.e]+))?\\)/);
-    if (m) return [m[1] * 255, m[2] * 255, m[3] * 255, m[4] === undefined ? 1 : Number(m[4])];
-    m = c.match(/rgba?\\(([-\\d.]+),? ([-\\d.]+),? ([-\\d.]+)(?:[,\\/] ?([-\\d.]+))?\\)/);
-    if (m) return [Number(m[1]), Number(m[2]), Number(m[3]), m[4] === undefined ? 1 : Number(m[4])];
-    throw new Error('unreadable colour ' + c);
-  };
-  const layers = [];
-  for (let e = el; e; e = e.parentElement) {
-    const c = parse(getComputedStyle(e).backgroundColor);
-    if (c[3] > 0) layers.push(c);
-    if (c[3] >= 1) break;
-  }
-  let back = [255, 255, 255];
-  for (const [r, g, b, a] of layers.reverse()) back = [r * a + back[0] * (1 - a), g * a + back[1] * (1 - a),
-                                                       b * a + back[2] * (1 - a)];
-  const ink = parse(getComputedStyle(el).color);
-  const front = [0, 1, 2].map(i => ink[i] * ink[3] + back[i] * (1 - ink[3]));
-  const lum = (rgb) => rgb.map(v => v / 255).map(v => v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
-                         .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
-  const [hi, lo] = [lum(front), lum(back)].sort((a, b) => b - a);
-  return (hi + 0.05) / (lo + 0.05);
-}
-"""
-
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
@@ -277,8 +246,8 @@ def test_explorer_chart_follows_the_theme(browser, app_url, theme):
     page = open_page(browser, app_url, "desktop", theme)
     page.get_by_role("tab", name="Score | TPF").click()
     page.wait_for_selector("#explorer-chart .js-plotly-plot .gtitle", timeout=WAIT)
-    ink = page.eval_on_selector("#explorer-chart .gtitle", CONTRAST_JS.replace(INK, "getComputedStyle(el).fill"))
-    black = page.eval_on_selector("#explorer-chart .main-svg", CONTRAST_JS.replace(INK, "'rgb(0, 0, 0)'"))
+    ink = page.eval_on_selector("#explorer-chart .gtitle", f"el => ({CONTRAST_JS})(el, getComputedStyle(el).fill)")
+    black = page.eval_on_selector("#explorer-chart .main-svg", f"el => ({CONTRAST_JS})(el, 'rgb(0, 0, 0)')")
     paper = page.eval_on_selector("#explorer-chart .main-svg", "e => getComputedStyle(e).backgroundColor")
     page.locator("#explorer-chart").screenshot(path=str(ARTIFACTS / f"explorer-chart-{theme}.png"))
     close(page)

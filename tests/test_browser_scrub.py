@@ -92,7 +92,7 @@ def step_of(page) -> int:
 
 
 def test_a_scrub_is_drawn_by_the_browser_as_the_server_draws_it(browser, app_url):
-    from ui.playground.scrub_timing import SCRUB_JS
+    from ui.bench.scrub_timing import SCRUB_JS
 
     page = open_page(browser, app_url)
     steps = run(page, "def cube(zelmivo):\n", "M2T only", 32)  # 3 forwards on the shipped model

@@ -136,7 +136,7 @@ def test_a_learn_scrub_is_drawn_in_the_page_as_the_server_draws_it(browser, app)
             shown_narration, rendered = page.evaluate(NARRATION_PARTS_JS, learn.narration_html(rec, k))
             assert shown_narration == rendered
             page.evaluate(RELEASE_JS, "learn-step")
-            assert held.events(1) == ["wire.<locals>.scrub"]  # one event, which stops a lesson that plays
+            assert held.events(1) == ["scrub"]  # one event, which stops a lesson that plays
         assert int(page.input_value("#learn-step input[type=number]")) == k
     page.wait_for_timeout(1500)  # the held requests are answered: none draws another step
     assert page.get_attribute("#canvas-learn-b", "data-step") == "2"

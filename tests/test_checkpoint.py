@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from llada import memory
-from llada.checkpoint import CheckpointError, hf_state_dict, load_model, save_model
+from llada.weights import memory
+from llada.weights.checkpoint import CheckpointError, hf_state_dict, load_model, save_model
 from llada.config import FIXED, REFERENCE_DEFAULTS, ConfigError, ModelConfig
 from llada.model import LLaDA2MoE
-from llada.quantize import quantize_model_fp8
+from llada.fast.quantize import quantize_model_fp8
 
 
 def _logits(model):
@@ -102,7 +102,7 @@ def test_default_dtype_follows_the_device_and_the_size(replica_dir):
     assert small.dtype == "bfloat16"
     assert memory.default_dtype(small, "cpu") == torch.float32  # 10 M parameters: fp32 on the CPU
     assert memory.default_dtype(small, "cuda") == torch.bfloat16  # the checkpoint's dtype on a GPU
-    from llada.replica import replica_config
+    from llada.weights.replica import replica_config
 
     mini = ModelConfig.from_dict(replica_config("mini"))
     assert 16e9 < sum(mini.parameter_counts().values()) < 16.5e9  # LLaDA2.1-mini: 16 B parameters
@@ -124,7 +124,7 @@ def test_fp8_experts_are_quantized_while_loading_exactly_as_after(replica_dir):
 
 def test_a_bf16_load_holds_the_model_and_little_else(tmp_path):
     """Peak resident memory above the imports stays near the checkpoint's size (no second copy, no mmap)."""
-    from llada.replica import write_replica
+    from llada.weights.replica import write_replica
 
     root = write_replica(tmp_path / "r", "tiny", hidden_size=256, head_dim=64, shard_bytes=48 << 20)
     out = subprocess.run([sys.executable, "-m", "llada.bench", "load", "--child", "--model", str(root), "--device",

@@ -5,9 +5,10 @@ import threading
 import pytest
 import torch
 
-from llada.checkpoint import load_model
+from llada.weights.checkpoint import load_model
 from llada.config import DecodeConfig
-from llada.decode import NonFiniteLogits, decode, generate
+from llada.decode import decode, generate
+from llada.loop import NonFiniteLogits
 from llada.trace import Trace
 from golden_cases import case_config
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada import engine, kernels
-from llada.checkpoint import load_model
+from llada.fast import engine, kernels
+from llada.weights.checkpoint import load_model
 from llada.decode import generate
-from llada.engine import EngineError, FusedExperts, use_engine
+from llada.fast.engine import EngineError, FusedExperts, use_engine
 from llada.model import Experts, Router
-from llada.quantize import FusedRouter
+from llada.fast.quantize import FusedRouter
 from golden_cases import case_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def test_reference_is_kept_and_restored(model):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto takes the fast engine on CUDA")
 def test_auto_on_cpu_keeps_the_reference(model):
-    report = use_engine(model, "auto")
+    report = use_engine(model, "auto", decode=generate)
     assert report.engine == "reference" and "cpu" in report.reason and not report.fell_back
 
 
@@ -57,13 +57,13 @@ def test_unknown_engine_is_refused(model):
 def test_fast_without_cuda_or_interpreter_is_refused(model, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(EngineError, match="runs on a CUDA GPU.*TRITON_INTERPRET=1"):
-        use_engine(model, "fast")
+        use_engine(model, "fast", decode=generate)
 
 
 @needs_triton
 def test_fast_engine_passes_its_self_check_and_decodes_the_golden_trace(model, golden):
     keys = list(model.state_dict())
-    report = use_engine(model, "fast")
+    report = use_engine(model, "fast", decode=generate)
     assert report.engine == "fast" and "self-check passed" in report.reason
     assert [c["tokens"] for c in report.checks] == [1, 32] and all(c["ok"] for c in report.checks)
     assert report.decode["ok"] and report.decode["blocks"] == 3 and report.decode["forwards"] >= 3
@@ -90,10 +90,10 @@ def _broken(*args, **kwargs):
 def test_a_failing_fast_path_falls_back_and_says_why(model, monkeypatch, fault, says):
     monkeypatch.setattr(engine.kernels, "fused_moe_bf16", fault)
     with pytest.raises(EngineError, match=f"failed its self-check.*{says}"):  # asked for: an error
-        use_engine(model, "fast")
+        use_engine(model, "fast", decode=generate)
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))  # put back
     monkeypatch.setattr(engine, "_on_cuda", lambda m: True)  # auto tries the fast engine only on CUDA
-    report = use_engine(model, "auto")
+    report = use_engine(model, "auto", decode=generate)
     assert report.engine == "reference" and report.fell_back
     assert "failed its self-check" in report.reason and says in report.reason and "reference" in report.reason
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
@@ -110,17 +110,17 @@ def _wrong_at_decode_shapes(x, w13, w2, ids, weights, impl="auto", adds=(), shar
 def test_a_decode_that_differs_from_the_reference_falls_back_and_says_where(model, monkeypatch):
     monkeypatch.setattr(engine.kernels, "fused_moe_bf16", _wrong_at_decode_shapes)
     with pytest.raises(EngineError, match="failed its self-check \\(decode check: .* on the reference"):
-        use_engine(model, "fast")
+        use_engine(model, "fast", decode=generate)
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
     monkeypatch.setattr(engine, "_on_cuda", lambda m: True)
-    report = use_engine(model, "auto")
+    report = use_engine(model, "auto", decode=generate)
     assert report.engine == "reference" and report.fell_back and all(c["ok"] for c in report.checks)
     assert not report.decode["ok"] and "decode forward" in report.decode["differs"]
     assert report.line().startswith("engine: reference (the fast engine failed its self-check (decode check:")
     assert report.to_dict() | {"reason": ""} == {"engine": "reference", "requested": "auto", "reason": "",
                                                  "fell_back": True, "self_check": "failed"}
     assert all(type(g) is Router and type(e) is Experts for g, e in moe_modules(model))
-    unchecked = use_engine(model, "auto", decode=False)  # the layer check alone misses a bug at other shapes
+    unchecked = use_engine(model, "auto", decode=None)  # the layer check alone misses a bug at other shapes
     assert unchecked.engine == "fast" and unchecked.line().endswith("no decode check)") and unchecked.decode["skipped"]
 
 

@@ -188,15 +188,13 @@ def test_refused_settings_and_models_are_explained(models, tmp_path):
 
 
 def test_the_sweep_runs_in_the_playgrounds_decode_group_and_stop_cancels_it(models, tmp_path):
-    from types import SimpleNamespace
-
     from ui.frame import DECODE_CONCURRENCY
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
             with gr.Tab("Playground", id="playground"):
-                pg = SimpleNamespace(mode=gr.Radio(["S", "Custom"]), tau_mask=gr.Slider(), edit=gr.Checkbox(),
-                                     tau_edit=gr.Slider(), mbe=gr.Checkbox(), block_length=gr.Slider(4, 128))
+                pg = view.PointTargets(mode=gr.Radio(["S", "Custom"]), tau_mask=gr.Slider(), edit=gr.Checkbox(),
+                                       tau_edit=gr.Slider(), mbe=gr.Checkbox(), block_length=gr.Slider(4, 128))
             with gr.Tab("Score | TPF", id="explorer"):
                 parts = view.build_view(models)
         view.wire(models, parts, pg, tabs, cache_dir=tmp_path)

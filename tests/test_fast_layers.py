@@ -1,16 +1,16 @@
-"""The fast engine's MoE layers (`llada.fast_layers`): one layer's k-sum hands the next its input norm, safely.
+"""The fast engine's MoE layers (`llada.fast.layers`): one layer's k-sum hands the next its input norm, safely.
 
-A tiny bf16 model with the mini's structure (`llada.kernels.census.mini_like`: a dense layer, then two MoE
+A tiny bf16 model with the mini's structure (`llada.bench.census.mini_like`: a dense layer, then two MoE
 layers with a shared expert) on the fast engine, its kernels under the interpreter.
 """
 
 import pytest
 import torch
 
-from llada import kernels
-from llada.engine import use_engine
-from llada.fast_layers import FusedLayer, FusedMoE, Handoff, HandoffNorm
-from llada.kernels.census import mini_like
+from llada.fast import kernels
+from llada.fast.engine import use_engine
+from llada.fast.layers import FusedLayer, FusedMoE, Handoff, HandoffNorm
+from llada.bench.census import mini_like
 from llada.model import Layer, MoE
 from llada.norm_rope import rope_cos_sin
 
@@ -89,7 +89,7 @@ def test_the_router_module_still_runs_and_hooks_see_its_ids(model):
 
 
 def test_the_layer_check_sees_a_shared_expert_left_out(model, monkeypatch):
-    from llada.engine import LAYER_TOLERANCE
+    from llada.fast.engine import LAYER_TOLERANCE
 
     g = torch.Generator().manual_seed(1)
     x, h = (torch.randn(32, model.config.hidden_size, generator=g).to(model.dtype) for _ in range(2))  # (M, H)

@@ -9,7 +9,7 @@ import torch
 
 from llada.decode import BatchDecoder, generate
 from llada.forward_memo import ForwardMemo
-from llada.model import Row
+from llada.model import RowInput
 from llada.pipeline import Pipeline
 from golden_cases import case_config
 from test_batch import _key
@@ -43,9 +43,9 @@ def test_each_golden_case_under_three_thresholds_decodes_as_without_a_memo(ref_m
 def test_rows_that_read_a_cache_or_carry_a_mask_are_not_kept(ref_model):
     ids = torch.arange(2, 10)
     cache = ref_model.new_cache(16)
-    assert ForwardMemo.key(Row(ids, 0, None, cache)) is not None
-    assert ForwardMemo.key(Row(ids, 8, None, cache)) is None
-    assert ForwardMemo.key(Row(ids, 0, torch.ones(8, 8, dtype=torch.bool), None)) is None
+    assert ForwardMemo.key(RowInput(ids, 0, None, cache)) is not None
+    assert ForwardMemo.key(RowInput(ids, 8, None, cache)) is None
+    assert ForwardMemo.key(RowInput(ids, 0, torch.ones(8, 8, dtype=torch.bool), None)) is None
 
 
 def test_equal_rows_of_one_call_are_computed_once_and_fill_both_caches(ref_model, monkeypatch):
@@ -53,13 +53,13 @@ def test_equal_rows_of_one_call_are_computed_once_and_fill_both_caches(ref_model
     real = ref_model.forward_rows
     monkeypatch.setattr(ref_model, "forward_rows", lambda rows: seen.append(len(rows)) or real(rows))
     ids = torch.arange(2, 10)
-    rows = [Row(ids, 0, None, ref_model.new_cache(16)) for _ in range(2)]
+    rows = [RowInput(ids, 0, None, ref_model.new_cache(16)) for _ in range(2)]
     memo = ForwardMemo()
     with torch.inference_mode():
         a, b = memo.forward_rows(ref_model, rows)
-        alone = Row(ids, 0, None, ref_model.new_cache(16))
+        alone = RowInput(ids, 0, None, ref_model.new_cache(16))
         c = real([alone])[0]
-        (d,) = memo.forward_rows(ref_model, [Row(ids, 0, None, ref_model.new_cache(16))])
+        (d,) = memo.forward_rows(ref_model, [RowInput(ids, 0, None, ref_model.new_cache(16))])
     assert seen == [1] and memo.hits == 2 and memo.misses == 1
     assert torch.equal(a, c) and torch.equal(b, c) and torch.equal(d, c)
     for row in rows:
@@ -70,11 +70,11 @@ def test_equal_rows_of_one_call_are_computed_once_and_fill_both_caches(ref_model
 def test_the_memo_stays_under_its_bytes(ref_model):
     with torch.inference_mode():
         one = ForwardMemo()
-        one.forward_rows(ref_model, [Row(torch.arange(2, 10), 0, None, ref_model.new_cache(16))])
+        one.forward_rows(ref_model, [RowInput(torch.arange(2, 10), 0, None, ref_model.new_cache(16))])
         memo = ForwardMemo(max_bytes=2 * one.bytes)  # room for two rows
-        rows = [Row(torch.arange(2, 10) + i, 0, None, ref_model.new_cache(16)) for i in range(5)]
+        rows = [RowInput(torch.arange(2, 10) + i, 0, None, ref_model.new_cache(16)) for i in range(5)]
         first = [t.clone() for t in memo.forward_rows(ref_model, rows)]
-        again = memo.forward_rows(ref_model, [Row(r.ids, 0, None, ref_model.new_cache(16)) for r in rows])
+        again = memo.forward_rows(ref_model, [RowInput(r.ids, 0, None, ref_model.new_cache(16)) for r in rows])
     assert memo.bytes <= memo.max_bytes and len(memo.kept) == 2
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 

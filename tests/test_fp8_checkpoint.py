@@ -1,4 +1,4 @@
-"""FP8 checkpoints (`python -m llada.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for bit what
+"""FP8 checkpoints (`python -m llada.weights.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for bit what
 quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
 
 import json
@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada import fp8_checkpoint, fp8_format, kernels, memory
-from llada.checkpoint import CheckpointError, load_model
+from llada.weights import fp8_checkpoint, fp8_format, memory
+from llada.fast import kernels
+from llada.weights.checkpoint import CheckpointError, load_model
 from llada.config import DecodeConfig
 from llada.decode import generate
-from llada.kernels import devices
-from llada.quantize import FP8Experts
+from llada.fast.kernels import devices
+from llada.fast.quantize import FP8Experts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,8 +98,8 @@ def test_an_expert_stored_in_another_dtype_or_another_format_is_refused(tmp_path
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "llada.fp8_checkpoint", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, "-m", "llada.weights.fp8_checkpoint", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
 
 
 def test_the_command_writes_once_and_refuses_in_one_error_line(tmp_path, fixture_dir):
@@ -116,7 +117,7 @@ def test_the_command_writes_once_and_refuses_in_one_error_line(tmp_path, fixture
 MEASURE = """
 import json, sys
 from pathlib import Path
-from llada import fp8_checkpoint  # imports first: the baseline is a process ready to convert
+from llada.weights import fp8_checkpoint  # imports first: the baseline is a process ready to convert
 
 
 def rss(field):
@@ -132,8 +133,8 @@ print(json.dumps({"before": before, "peak": rss("VmHWM:"), "files": len(files)})
 
 def test_conversion_streams_a_sharded_checkpoint_in_bounded_memory(tmp_path):
     """A real-format checkpoint of several shards converts with peak memory near its largest tensor, not its size."""
-    from llada.replica import write_replica
-    from llada.shards import read_header
+    from llada.weights.replica import write_replica
+    from llada.weights.shards import read_header
 
     src = write_replica(tmp_path / "src", "tiny", hidden_size=128, head_dim=32, num_hidden_layers=12, num_experts=64,
                         moe_intermediate_size=256, shard_bytes=24 << 20)

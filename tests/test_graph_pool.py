@@ -1,4 +1,4 @@
-"""Step graphs (KV cache + recorded graphs) kept on the model between decoding runs (`llada.graphs.step_graphs`).
+"""Step graphs (KV cache + recorded graphs) kept on the model between decoding runs (`llada.fast.graphs.step_graphs`).
 
 On CPU the static path runs the same StepGraphs eagerly, so what is kept, lent and dropped is checked
 here; on CUDA the kept graphs replay from the first forward of the next run.
@@ -8,9 +8,9 @@ import gc
 
 import torch
 
-from llada import graphs
+from llada.fast import graphs
 from llada.decode import generate
-from llada.engine import use_engine
+from llada.fast.engine import use_engine
 from golden_cases import case_config
 
 

@@ -1,4 +1,4 @@
-"""The static-shape cached forward (`llada.graphs`) against the loop's dynamic one, and its CUDA graphs.
+"""The static-shape cached forward (`llada.fast.graphs`) against the loop's dynamic one, and its CUDA graphs.
 
 On CPU the static forward runs eagerly (`forward="static"`): same logits up to fp32 rounding, same
 golden traces. On a CUDA device the graph path is recorded, replayed, and checked against the static
@@ -8,11 +8,11 @@ forward run eagerly.
 import pytest
 import torch
 
-from llada import kernels
-from llada.checkpoint import load_model
+from llada.fast import kernels
+from llada.weights.checkpoint import load_model
 from llada.decode import decode, generate
-from llada.graphs import StepGraphs, graph_ready
-from llada.kernels.launch import count_launches
+from llada.fast.graphs import StepGraphs, graph_ready
+from llada.fast.kernels.launch import count_launches
 from llada.model import block_causal_mask
 from golden_cases import case_config
 
@@ -90,7 +90,7 @@ def test_forward_path_is_checked_before_the_run(ref_model, golden):
 
 
 def test_graph_ready_needs_the_triton_experts(fixture_dir):
-    from llada.quantize import quantize_model_fp8
+    from llada.fast.quantize import quantize_model_fp8
 
     assert not graph_ready(load_model(fixture_dir))  # bf16/fp32 reference experts: bincount().tolist()
     assert not graph_ready(quantize_model_fp8(load_model(fixture_dir), impl="torch"))  # unique().tolist()
@@ -111,8 +111,8 @@ def test_reference_forward_is_seen_to_sync(ref_model):
 @pytest.mark.parametrize("weights", ["bf16", "fp8"])
 def test_fast_engine_forward_has_no_host_sync(fixture_dir, weights):
     """The whole static forward on the fast engine, watched on CPU: nothing a CUDA graph could not hold."""
-    from llada.engine import use_engine
-    from llada.quantize import quantize_model_fp8
+    from llada.fast.engine import use_engine
+    from llada.fast.quantize import quantize_model_fp8
 
     model = load_model(fixture_dir).to("cuda" if torch.cuda.is_available() else "cpu")
     if weights == "fp8":
@@ -147,7 +147,7 @@ def test_a_host_sync_inside_the_forward_is_seen(ref_model, op, name):
 @needs_cuda
 @pytest.mark.skipif(not kernels.triton_available(), reason="the graph path needs the Triton kernels")
 def test_graph_path_matches_static_path_on_cuda(fixture_dir, golden):
-    from llada.quantize import quantize_model_fp8
+    from llada.fast.quantize import quantize_model_fp8
 
     model = quantize_model_fp8(load_model(fixture_dir).cuda(), impl="triton")
     case = golden["generate"][2]
@@ -161,7 +161,7 @@ def test_graph_path_matches_static_path_on_cuda(fixture_dir, golden):
 @needs_cuda
 @pytest.mark.skipif(not kernels.triton_available(), reason="the graph path needs the Triton kernels")
 def test_graphs_are_recorded_and_replayed(fixture_dir):
-    from llada.quantize import quantize_model_fp8
+    from llada.fast.quantize import quantize_model_fp8
 
     model = quantize_model_fp8(load_model(fixture_dir).cuda(), impl="triton")
     cache = model.new_cache(16)
@@ -179,7 +179,7 @@ def test_graphs_are_recorded_and_replayed(fixture_dir):
 def test_fast_engine_static_path_reproduces_the_golden_trace(fixture_dir, golden):
     """The static forward's fused kernels (q/k/v into the cache, the window's mask, silu * up, the k-sum adding the
     shared expert and the residual) decide every step as the reference does."""
-    from llada.engine import use_engine
+    from llada.fast.engine import use_engine
 
     model = load_model(fixture_dir).to("cuda" if torch.cuda.is_available() else "cpu")
     use_engine(model, "fast", check=False)

@@ -1,4 +1,4 @@
-"""The C heap's thresholds (`llada.heap`): raised where the C library is glibc, a no-op elsewhere; checked
+"""The C heap's thresholds (`llada.fast.heap`): raised where the C library is glibc, a no-op elsewhere; checked
 on glibc's own counters in a fresh process: a 1 MiB block comes from the heap, not from a mapping of its
 own, and 8 MiB freed stay in the heap; with `LLADA_KEEP_FREED_MEMORY=0` glibc's defaults do neither."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llada.heap import keep_freed_memory
+from llada.fast.heap import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 GLIBC = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
@@ -25,7 +25,7 @@ def test_freed_memory_is_kept_on_glibc():
 
 PROBE = """
 import ctypes, json, sys
-from llada.heap import keep_freed_memory
+from llada.fast.heap import keep_freed_memory
 libc = ctypes.CDLL(None)
 class Info(ctypes.Structure):  # glibc's struct mallinfo2
     _fields_ = [(name, ctypes.c_size_t) for name in

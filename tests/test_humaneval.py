@@ -2,7 +2,7 @@
 
 The evaluator tests run real programs in the sandbox on a subset of the real problems (chosen for a
 float atol, HumanEval/32's oracle, outputs long enough to travel as digests, and quick canonical runs);
-the full 164 (canonical: 164/164 on both) is the README's command.
+the full 164 (canonical: 164/164 on both) is docs/humaneval.md's command.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_a_base_model_continues_the_code_prefix(problems):
 
 
 def test_an_instruct_model_gets_evalplus_chat_prompt(replica_dir, problems):
-    from llada.tokenizer import load_tokenizer
+    from llada.weights.tokenizer import load_tokenizer
 
     tok = load_tokenizer(replica_dir)
     prompt = build_prompt(tok, problems["HumanEval/0"])

@@ -1,6 +1,6 @@
 """Every kernel the engine picks compiles for sm80, sm89 and sm90 on this CPU, fits the GPU, and uses its tensor cores.
 
-`python -m llada.kernels.aot` runs in its own process (its stand-in driver replaces Triton's for the
+`python -m llada.fast.kernels.aot` runs in its own process (its stand-in driver replaces Triton's for the
 whole process, and Triton must not be in interpreter mode there). It compiles, for an A100 (sm80),
 an L4 (sm89) and an H100 (sm90), the launches the engine makes at M = 1, 8, 32, 128, 512 and 2048
 tokens of the LLaDA2.1-mini shape with the tile configuration `choose_config` picks for that GPU:
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llada import kernels
+from llada.fast import kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMMS = ("_up_kernel", "_down_kernel")
@@ -30,7 +30,7 @@ def report() -> list[dict]:
     if not kernels.triton_available():
         pytest.skip("triton is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "llada.kernels.aot", "--json", "-"], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "llada.fast.kernels.aot", "--json", "-"], capture_output=True, text=True,
                          cwd=ROOT, env=env, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
@@ -103,8 +103,8 @@ def test_router_and_ksum_keep_their_rows_in_registers(report):
 def test_stand_in_driver_answers_as_each_gpu():
     if not kernels.triton_available():
         pytest.skip("triton is not installed")
-    from llada.kernels.aot import StandInDriver
-    from llada.kernels.devices import KNOWN
+    from llada.fast.kernels.aot import StandInDriver
+    from llada.fast.kernels.devices import KNOWN
 
     for arch in (80, 89, 90):
         target = StandInDriver(KNOWN[arch]).get_current_target()

@@ -1,4 +1,4 @@
-"""The kernels of one graphed decode forward, counted on CPU (`llada.kernels.census`): a regression fails.
+"""The kernels of one graphed decode forward, counted on CPU (`llada.bench.census`): a regression fails.
 
 A tiny model with the mini's layer structure (first layer dense, the rest MoE with a shared expert,
 QK-norm, partial RoPE) in bf16 on the fast engine, its Triton kernels under the interpreter. Real
@@ -7,9 +7,9 @@ sizes (hidden 2048, 20 layers, 256 experts top-8) change no count: every op here
 
 import pytest
 
-from llada import kernels
-from llada.engine import use_engine
-from llada.kernels.census import MINI_LAYERS, decode_census, mini_like
+from llada.fast import kernels
+from llada.fast.engine import use_engine
+from llada.bench.census import MINI_LAYERS, decode_census, mini_like
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 # kernels of one MoE layer (attention + router + experts + shared expert): 76 before the fused norms, 26 with

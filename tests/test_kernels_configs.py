@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels import configs
-from llada.kernels.configs import MoEConfig
-from llada.kernels.devices import KNOWN, DeviceSpec
+from llada.fast import kernels
+from llada.fast.kernels import configs
+from llada.fast.kernels.configs import MoEConfig
+from llada.fast.kernels.devices import KNOWN, DeviceSpec
 
 MINI = dict(top_k=8, experts=256, inner=512, hidden=2048)  # LLaDA2.1-mini's routed experts
 
@@ -121,7 +121,7 @@ def test_tuner_skips_what_does_not_fit_or_fails_and_never_stops(monkeypatch):
 
 
 def test_fp8_kernels_are_refused_before_compiling_on_a_gpu_without_fp8(monkeypatch):
-    from llada.kernels import devices
+    from llada.fast.kernels import devices
 
     monkeypatch.setattr(devices, "spec_of", lambda device: KNOWN[80])  # an A100 answers
     with pytest.raises(RuntimeError, match="compute capability 8.9 or later; NVIDIA A100.* is sm80"):
@@ -148,7 +148,7 @@ def test_bf16_weights_are_benchmarked_and_tuned_apart(tmp_path):
 
 
 def test_auto_keeps_fp8_ops_off_triton_on_a_gpu_without_fp8(monkeypatch):
-    from llada.kernels import devices
+    from llada.fast.kernels import devices
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(kernels, "triton_available", lambda: True)

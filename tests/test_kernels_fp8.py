@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels.reference import rel_rmse
-from llada.kernels import reference as ref
+from llada.fast import kernels
+from llada.fast.kernels.reference import rel_rmse
+from llada.fast.kernels import reference as ref
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -130,9 +130,9 @@ def test_impl_is_an_explicit_choice(monkeypatch):
 
 
 def test_imports_without_triton():
-    code = ("import sys; sys.modules['triton'] = None; import torch; import llada.kernels as k; "
-            "import llada.quantize; q, s = k.quantize_act_fp8(torch.ones(2, 3)); "
-            "assert 'llada.kernels.fp8' not in sys.modules; print(s.shape)")
+    code = ("import sys; sys.modules['triton'] = None; import torch; import llada.fast.kernels as k; "
+            "import llada.fast.quantize; q, s = k.quantize_act_fp8(torch.ones(2, 3)); "
+            "assert 'llada.fast.kernels.fp8' not in sys.modules; print(s.shape)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[1])
     assert run.returncode == 0, run.stderr

@@ -10,8 +10,8 @@ rotary width, 3 query heads on 1 KV head (mini: D 128, R 64, 16 query heads, 4 K
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels import reference
+from llada.fast import kernels
+from llada.fast.kernels import reference
 from llada.norm_rope import rope_cos_sin, rope_table
 from test_kernels_poison import (DEVICE, POISONS, bounds, case, poisoned,  # noqa: F401  (the autouse nets)
                                  unwritten_reads_as_poison)
@@ -146,8 +146,8 @@ def _own_rows(t, poison):
 @pytest.mark.parametrize("T", [1, 5])
 @pytest.mark.parametrize("poison", list(POISONS))
 def test_moe_runs_the_shared_expert_as_one_more_expert(poison, T, split):
-    from llada.kernels.configs import MoEConfig
-    from llada.kernels.fused_moe import fused_moe_bf16
+    from llada.fast.kernels.configs import MoEConfig
+    from llada.fast.kernels.fused_moe import fused_moe_bf16
 
     x, w13, w2, s13, s2, ids, weights = _shared_case(T, torch.float32)
     residual = _randn(T, 200, seed=22, dtype=torch.float32)

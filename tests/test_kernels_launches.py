@@ -1,6 +1,6 @@
 """How many kernels one MoE layer launches, and that none of them waits for the host.
 
-Counted with `llada.kernels.launch.count_launches` (Triton launches, ATen ops that run a kernel,
+Counted with `llada.fast.kernels.launch.count_launches` (Triton launches, ATen ops that run a kernel,
 host synchronisations apart) on CPU under Triton's interpreter or compiled on CUDA; on CUDA the
 profiler's own count of device kernels is checked too. A new fill, cast or sort in the routed path
 raises the count and fails here.
@@ -9,11 +9,11 @@ raises the count and fails here.
 import pytest
 import torch
 
-from llada import kernels
+from llada.fast import kernels
 from llada.config import ModelConfig
-from llada.kernels.launch import count_launches
+from llada.fast.kernels.launch import count_launches
 from llada.model import MoE
-from llada.quantize import FP8Experts, FusedRouter
+from llada.fast.quantize import FP8Experts, FusedRouter
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -72,7 +72,7 @@ def test_reference_layer_syncs_and_launches_many():
 
 @needs_triton
 def test_bf16_routed_moe_is_five_kernels_and_no_sync():
-    from llada.engine import FusedExperts
+    from llada.fast.engine import FusedExperts
 
     moe, h = moe_layer(fused=False), torch.randn(7, 96, device=DEVICE)
     moe.experts, moe.gate = FusedExperts(moe.experts), FusedRouter(moe.gate)
@@ -84,8 +84,8 @@ def test_bf16_routed_moe_is_five_kernels_and_no_sync():
 
 @needs_triton
 def test_bf16_moe_layer_runs_its_shared_expert_in_the_same_five_kernels():
-    from llada.fast_layers import FusedExperts, FusedMoE
-    from llada.kernels.fused_norm import FusedSwiGLU
+    from llada.fast.layers import FusedExperts, FusedMoE
+    from llada.fast.kernels.fused_norm import FusedSwiGLU
 
     moe, h = moe_layer(fused=False), torch.randn(1, 7, 96, device=DEVICE)
     moe.experts, moe.gate, moe.shared_experts = FusedExperts(moe.experts), FusedRouter(moe.gate), \

@@ -7,9 +7,9 @@ interpreter otherwise (tests/conftest.py sets TRITON_INTERPRET=1 only where no C
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels.configs import MoEConfig
-from llada.kernels.reference import rel_rmse
+from llada.fast import kernels
+from llada.fast.kernels.configs import MoEConfig
+from llada.fast.kernels.reference import rel_rmse
 from llada.model import Experts
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
@@ -81,7 +81,7 @@ TILE_PATHS = {  # every tile shape the configuration table can choose, swapped a
 @needs_triton
 @pytest.mark.parametrize("path", list(TILE_PATHS))
 def test_every_tile_path_matches_reference(path):
-    from llada.kernels import fused_moe
+    from llada.fast.kernels import fused_moe
 
     x, experts, ids, weights = make_case(5, 136, 136, 3, 2, seed=4)  # partial 128-tiles along H and I
     fp8 = [t.to(DEVICE) for t in quantized(experts)]

@@ -9,9 +9,9 @@ sizes: N = 40 and D = 24 are not powers of two (masked lanes), R = 12 is a parti
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels import reference
-from llada.model import RMSNorm, apply_rope, rope_cos_sin
+from llada.fast import kernels
+from llada.fast.kernels import reference
+from llada.norm_rope import RMSNorm, apply_rope, rope_cos_sin
 from test_kernels_poison import POISONS, bounds, poisoned  # noqa: F401  (bounds: the autouse address net)
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")

@@ -14,16 +14,16 @@ hide it) or a huge finite value (which NaN-dropping max reductions would otherwi
 and for index tensors an id far out of range. The kernels run under Triton's interpreter on CPU
 (compiled on a GPU) at tiny odd shapes with partial 128-tiles, and their outputs must match the
 PyTorch reference computed on clean, contiguous tensors. A missing mask or a wrong stride turns the
-output non-finite or wrong here (README, "Poison tests": a planted missing mask is caught).
+output non-finite or wrong here (docs/gpu.md, "Tests that catch GPU-only faults on a CPU": a planted missing mask is caught).
 """
 
 import numpy as np
 import pytest
 import torch
 
-from llada import kernels
-from llada.kernels import reference
-from llada.kernels.reference import FP8, rel_rmse
+from llada.fast import kernels
+from llada.fast.kernels import reference
+from llada.fast.kernels.reference import FP8, rel_rmse
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -132,7 +132,7 @@ def test_weight_quantizer(poison):
 
 @pytest.mark.parametrize("block_m", [16, 32])
 def test_sort_by_expert(block_m):
-    from llada.kernels import routing
+    from llada.fast.kernels import routing
 
     ids = case(T=7, E=6, K=3)[3]
     pairs, block_expert = routing.sort_by_expert(poisoned(ids, "nan"), 6, block_m)
@@ -173,8 +173,8 @@ CONFIGS = {  # the tile paths: swapped 16 with split-K, swapped 32, plain 64
 @pytest.mark.parametrize("poison", list(POISONS))
 @pytest.mark.parametrize("tiles", list(CONFIGS))
 def test_fused_moe_fp8(poison, tiles):
-    from llada.kernels import fused_moe
-    from llada.kernels.configs import MoEConfig
+    from llada.fast.kernels import fused_moe
+    from llada.fast.kernels.configs import MoEConfig
 
     x, w13, w2, ids, weights = case(seed=4)
     q13, s13 = reference.quantize_weight_fp8(w13)
@@ -189,8 +189,8 @@ def test_fused_moe_fp8(poison, tiles):
 @pytest.mark.parametrize("poison", list(POISONS))
 @pytest.mark.parametrize("tiles", ["m16_split2", "m64_plain"])
 def test_fused_moe_bf16_weights(poison, tiles):
-    from llada.kernels import fused_moe
-    from llada.kernels.configs import MoEConfig
+    from llada.fast.kernels import fused_moe
+    from llada.fast.kernels.configs import MoEConfig
 
     x, w13, w2, ids, weights = case(seed=5)
     args = [poisoned(t, poison) for t in (x, w13, w2, ids, weights)]

@@ -6,9 +6,9 @@ Compiled kernels on a CUDA device when there is one, Triton's CPU interpreter ot
 import pytest
 import torch
 
-from llada import kernels
+from llada.fast import kernels
 from llada.config import ModelConfig
-from llada.kernels.reference import padded_rows, sort_by_expert
+from llada.fast.kernels.reference import padded_rows, sort_by_expert
 from llada.model import Router
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
@@ -46,7 +46,7 @@ SORT_CASES = {  # name: (ids, E, block_m)
 @needs_triton
 @pytest.mark.parametrize("name", list(SORT_CASES))
 def test_sort_by_expert_kernel_matches_reference(name):
-    from llada.kernels import routing
+    from llada.fast.kernels import routing
 
     ids, E, block_m = SORT_CASES[name]
     pairs, block_expert = routing.sort_by_expert(ids.to(DEVICE), E, block_m)

@@ -1,4 +1,4 @@
-"""What a visit leaves behind on the server, counted by tracemalloc (`python -m ui.memory_soak visits`).
+"""What a visit leaves behind on the server, counted by tracemalloc (`python -m ui.bench.memory_soak visits`).
 
 The app runs in this process on the shipped model; one simulated visitor comes and goes (each visit a new
 tab that runs, scrubs, exports, sometimes compares, calls `/generate` over plain HTTP, then closes). After
@@ -9,7 +9,7 @@ per session fails it, while RSS could hide it in allocator noise. Counted in vis
 
 from __future__ import annotations
 
-from ui import memory_soak
+from ui.bench import memory_soak
 from ui.sessions import ONE_SHOTS
 
 

@@ -6,7 +6,8 @@ import torch
 from safetensors.torch import load_file
 
 from llada.config import ModelConfig
-from llada.model import LLaDA2MoE, Router, apply_rope, block_causal_mask, rope_cos_sin
+from llada.model import LLaDA2MoE, Router, block_causal_mask
+from llada.norm_rope import apply_rope, rope_cos_sin
 
 
 def test_fixture_logits_match(ref_model, fixture_dir, golden):

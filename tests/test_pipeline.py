@@ -8,7 +8,7 @@ import torch
 
 import pytest
 
-from llada.checkpoint import CheckpointError
+from llada.weights.checkpoint import CheckpointError
 from llada.pipeline import DefaultIdWarning, Pipeline
 
 
@@ -119,7 +119,7 @@ def test_the_llada2_defaults_come_last_with_a_warning(replica_dir, tmp_path):
 
 
 def test_fp8_load_quantizes_the_experts_once(tiny_model_dir):
-    from llada.quantize import FP8Experts
+    from llada.fast.quantize import FP8Experts
 
     p = Pipeline.load(tiny_model_dir, quantize="fp8")
     experts = [layer.mlp.experts for layer in p.model.layers[1:]]

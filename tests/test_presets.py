@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llada.checkpoint import CheckpointError
+from llada.weights.checkpoint import CheckpointError
 from llada.pipeline import Pipeline
 from llada.presets import OFFICIAL, PresetError, check_presets, load_presets, resolve
 

@@ -4,15 +4,15 @@ import pytest
 import torch
 from torch import nn
 
-from llada import kernels
-from llada.kernels.reference import rel_rmse
-from llada.checkpoint import load_model
+from llada.fast import kernels
+from llada.fast.kernels.reference import rel_rmse
+from llada.weights.checkpoint import load_model
 from llada.config import ModelConfig
 from llada.config import DecodeConfig
 from llada.decode import generate
 from llada.model import Experts, LLaDA2MoE, block_causal_mask
 from llada.model import Router
-from llada.quantize import FP8Experts, FP8Linear, FusedRouter, quantize_model_fp8
+from llada.fast.quantize import FP8Experts, FP8Linear, FusedRouter, quantize_model_fp8
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # compiled kernels on a GPU, else the interpreter

@@ -1,4 +1,4 @@
-"""LLaDA2.1-mini's real format, scaled down (llada.replica), through every entry point: Pipeline, CLI, app.
+"""LLaDA2.1-mini's real format, scaled down (llada.weights.replica), through every entry point: Pipeline, CLI, app.
 
 The replica has the published config keys (with `auto_map` to remote code), sharded bf16 with an index
 and per-expert names, vocab 157184 with <|endoftext|> = 156892 and <|mask|> = 156895, and the Ling chat

@@ -1,4 +1,4 @@
-"""A short soak (`python -m ui.soak`, see its docstring): the app in a child process on the shipped model, two
+"""A short soak (`python -m ui.bench.soak`, see its docstring): the app in a child process on the shipped model, two
 simulated visitors coming and going (each visit a new session that runs, scrubs, exports, compares and calls
 /generate, then closes its tab), and the server's RSS sampled every few visits. After warm-up it must stay
 flat: the app keeps a bounded number of sessions (8 here, through LLADA_SESSIONS) and drops a closed tab's.
@@ -7,7 +7,7 @@ Counted in visits, not seconds, so a slow machine only makes it take longer.
 
 from __future__ import annotations
 
-from ui import soak
+from ui.bench import soak
 from ui_helpers import free_port
 
 

@@ -34,8 +34,8 @@ def run(pipe, spec, cache=None, **kw) -> list[sw.Progress]:
 
 def counting(monkeypatch, pipe) -> list:
     """Count the decodes a sweep runs (each one a row of a batch, streamed once)."""
-    calls, row = [], sw.RowStreams.row
-    monkeypatch.setattr(sw.RowStreams, "row", lambda self, index: calls.append(index) or row(self, index))
+    calls, row = [], sw.SharedBatch.row
+    monkeypatch.setattr(sw.SharedBatch, "row", lambda self, index: calls.append(index) or row(self, index))
     return calls
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llada.train.bpe import EOS_TOKEN, MASK_TOKEN, build_tokenizer, load_fast, save_tokenizer
-from llada.tokenizer import Tokenizer
+from llada.weights.tokenizer import Tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "317+985=1302", "sort 73914=13479",
          "reverse red blue cat: cat blue red"] * 20
@@ -99,7 +99,7 @@ def test_a_plain_tokenizer_file_is_read_without_transformers_and_answers_alike(t
     import json
     import random
 
-    from llada.tokenizer import FileTokenizer, bytes_to_unicode, load_tokenizer
+    from llada.weights.tokenizer import FileTokenizer, bytes_to_unicode, load_tokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode as hf_bytes_to_unicode
 
     save_tokenizer(build_tokenizer(TEXTS, vocab_size=300), tmp_path)

@@ -13,7 +13,7 @@ import torch
 
 from safetensors import safe_open
 
-from llada.checkpoint import INDEX, hf_state_dict, load_model
+from llada.weights.checkpoint import INDEX, hf_state_dict, load_model
 from llada.config import ModelConfig
 from llada.model import LLaDA2MoE
 from llada.pipeline import Pipeline

@@ -84,9 +84,9 @@ SIMPLE = [  # (handler, inputs before the bad one, the bad one's position values
     ("wire._wire_controls.<locals>.mode_picked", lambda v: [None, v], ["fast", 3, None], "mode"),
     ("wire._wire_controls.<locals>.mode_picked", lambda v: [v, "S"], ["/etc", 3, ["x"]], "model"),
     ("wire._wire_controls.<locals>.model_picked", lambda v: [v, "S"], ["/etc", 3], "model"),
-    ("view.wire.<locals>.scrub", lambda v: [None, v], STEP_CASES, "step"),
-    ("view.wire.<locals>.tick", lambda v: [None, v], STEP_CASES, "step"),
-    ("view.wire.<locals>.pick", lambda v: [v], ["no such lesson", 3, ["x"]], "lesson"),
+    ("learn.view.scrub", lambda v: [None, v], STEP_CASES, "step"),
+    ("learn.view.tick", lambda v: [None, v], STEP_CASES, "step"),
+    ("learn.view.pick", lambda v: [v], ["no such lesson", 3, ["x"]], "lesson"),
 ]
 
 

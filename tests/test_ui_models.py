@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from llada.replica import replica_config
+from llada.weights.replica import replica_config
 from ui import models as m
 from ui import zerogpu
 from ui.playground.run import generate_ui
@@ -96,7 +96,7 @@ def test_flash_is_offered_in_fp8_where_only_fp8_fits(tmp_path):
 
 
 def test_an_fp8_checkpoint_is_sized_in_fp8_and_withheld_on_a_gpu_without_it(tmp_path, tiny_model_dir):
-    from llada.fp8_checkpoint import convert
+    from llada.weights.fp8_checkpoint import convert
 
     convert(tiny_model_dir, tmp_path / "fp8")
     cpu = m.Models([("tiny-fp8", str(tmp_path / "fp8"))], rt=CPU16)
@@ -110,8 +110,8 @@ def test_an_fp8_checkpoint_is_sized_in_fp8_and_withheld_on_a_gpu_without_it(tmp_
 def test_models_share_the_room(tmp_path, tiny_model_dir):
     import torch
 
-    from llada import memory
-    from llada.checkpoint import read_config
+    from llada.weights import memory
+    from llada.weights.checkpoint import read_config
 
     need = memory.weight_bytes(read_config(tiny_model_dir)[0], torch.float32)
     room = m.Runtime("cpu", "cpu", room=memory.HEADROOM + need + need // 2)  # room for one, not two

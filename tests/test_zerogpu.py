@@ -182,8 +182,8 @@ HARDWARE = {"a100-large": (80, 80), "a10g-large": (86, 24), "a10g-small": (86, 2
 def test_the_suggested_hardware_runs_the_mini_on_the_fast_bf16_engine(tmp_path, monkeypatch):
     import yaml
 
-    from llada import memory
-    from llada.replica import replica_config
+    from llada.weights import memory
+    from llada.weights.replica import replica_config
     from ui import models as m
 
     flavor = yaml.safe_load((ROOT / "spaces.yaml").read_text(encoding="utf-8"))["suggested_hardware"]

@@ -5,6 +5,7 @@
     ui/learn/           the Learn tab: recorded lessons, their narration, the recorder and lesson search
     ui/explorer/        the Score | TPF tab: sweeps, the Pareto chart, loading a point into the playground
     ui/render/          pure renderers: records in, HTML, text, tables and figures out (no Gradio)
+    ui/bench/           measurements of the app: memory soak, scrub timing, the stream's overhead
     ui/frame.py         what every tab's events share: frames, queue settings, inputs by name, problems
     ui/settings.py      a run's settings: checked inputs, the UI's mode label and the engine's DecodeConfig
     ui/runs.py          live runs of the engine within the budget (llada.budget)

@@ -10,7 +10,6 @@ on a phone). Nothing is loaded until a run needs it.
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import gradio as gr
 
@@ -50,14 +49,14 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         _page_script()
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Playground", id="playground"):
-                c = playground.build(models, trace, pair)
+                controls = playground.build(models, trace, pair)
             with gr.Tab("Learn", id="learn"):
-                learn_parts = learn.build_view(recordings)
+                lesson_view = learn.build_view(recordings)
             with gr.Tab("Score | TPF", id="explorer") as explorer_tab:
-                explorer_parts = explorer.build_view(models)
-        learn.wire(recordings, learn_parts)
-        targets = SimpleNamespace(**{name: getattr(c, name) for name in LOADS})
-        explorer.wire(models, explorer_parts, targets, tabs, tab=explorer_tab)
+                sweep_view = explorer.build_view(models)
+        learn.wire(lesson_view)
+        targets = explorer.PointTargets(**{name: getattr(controls, name) for name in LOADS})
+        explorer.wire(models, sweep_view, targets, tabs, tab=explorer_tab)
         playground.wire_api(models, playground_view.api_inputs(), trace)
         demo.unload(drop_session)
     return demo

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from llada.checkpoint import CheckpointError
+from llada.weights.checkpoint import CheckpointError
 
 DECODE_CONCURRENCY = 2
 DECODE = {"concurrency_id": "decode", "concurrency_limit": DECODE_CONCURRENCY}

@@ -5,10 +5,10 @@ Candidates, in order: `assets/model`, every `--model DIR`, the directories of `L
 in the local hub cache (a Space downloads them when it is built; nothing is downloaded here), named by
 their repo id (`inclusionAI/LLaDA2.1-mini`). Every candidate is checked before anything is loaded —
 config.json, presets.json, and whether its weights fit where they would live (estimated from
-config.json by `llada.memory`) — and is either offered or withheld with the reason, shown under the
+config.json by `llada.weights.memory`) — and is either offered or withheld with the reason, shown under the
 model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
 8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
-experts is offered with them (quantized while it loads); an FP8 checkpoint (`python -m llada.quantize`)
+experts is offered with them (quantized while it loads); an FP8 checkpoint (`python -m llada.fast.quantize`)
 is sized in FP8 everywhere and withheld on a GPU without FP8.
 
 Where the models live (`Runtime`):
@@ -72,7 +72,7 @@ def runtime() -> Runtime:
 
     if not torch.cuda.is_available():
         return Runtime("cpu", "cpu")
-    from llada.kernels.devices import spec_of
+    from llada.fast.kernels.devices import spec_of
 
     return Runtime("cuda", "cuda", fp8=spec_of(torch.device("cuda")).fp8)
 
@@ -117,9 +117,9 @@ def hub_snapshots(repos: list[str]) -> list[tuple[str, str]]:
 
 def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered | Withheld:
     """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
-    from llada import memory
-    from llada.checkpoint import CheckpointError, read_config
-    from llada.fp8_format import stored_fp8
+    from llada.weights import memory
+    from llada.weights.checkpoint import CheckpointError, read_config
+    from llada.weights.fp8_format import stored_fp8
     from llada.presets import PresetError, load_presets
 
     root = Path(path)
@@ -145,7 +145,7 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
 
 def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: bool) -> tuple[str | None, str | None]:
     """(quantize, why not): as saved; FP8 experts on an FP8 GPU where only they fit; why it cannot load."""
-    from llada import memory
+    from llada.weights import memory
 
     if stored and rt.kind != "cpu" and not rt.fp8:
         return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
@@ -244,13 +244,14 @@ class Models:
 
     def engines_on_gpu(self) -> None:
         """Inside a ZeroGPU call: choose each loaded model's engine once per worker process (`ui.zerogpu`)."""
-        from llada.engine import use_engine
+        from llada.decode import generate
+        from llada.fast.engine import use_engine
 
         with self._lock:
             pipes = list(self._loaded.values())
         for pipe in pipes:
             if getattr(pipe, "engine_pid", None) != os.getpid():
-                pipe.engine = use_engine(pipe.model, "auto", ids=(pipe.mask_id, pipe.eos_id))
+                pipe.engine = use_engine(pipe.model, "auto", ids=(pipe.mask_id, pipe.eos_id), decode=generate)
                 logging.getLogger("ui").info("%s: %s", pipe.name, pipe.engine.line())
                 pipe.engine_pid = os.getpid()
 
@@ -297,14 +298,14 @@ def _unique(name: str, others: list) -> str:
 
 
 def _room(device: str) -> int | None:
-    from llada import memory
+    from llada.weights import memory
 
     return memory.available_bytes(device)
 
 
 def _weights(model: Offered) -> int:
-    from llada import memory
-    from llada.checkpoint import read_config
+    from llada.weights import memory
+    from llada.weights.checkpoint import read_config
 
     cfg, _ = read_config(Path(model.path))
     return memory.weight_bytes(cfg, model.dtype, model.quantize)

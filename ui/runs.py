@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from llada.budget import Budget
-from llada.batch import RowStreams
+from llada.decode import SharedBatch
 from llada.decode import BatchDecoder
 from llada.trace import StepRecord, Trace
 
@@ -27,7 +27,7 @@ from .settings import InputError, Request
 BUDGET = Budget()  # what one request may cost (tests and deployments replace it; read at each request)
 _LIVE: "weakref.WeakSet[LiveRun]" = weakref.WeakSet()  # runs whose engine is still open
 _LIVE_LOCK = threading.Lock()
-_SCHEDULERS: dict[int, tuple] = {}  # id(pipe) -> (pipe, its RowStreams): one step scheduler per loaded model
+_SCHEDULERS: dict[int, tuple] = {}  # id(pipe) -> (pipe, its SharedBatch): one step scheduler per loaded model
 
 
 def active_runs() -> int:
@@ -89,12 +89,12 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     return run
 
 
-def scheduler(pipe) -> RowStreams:
+def scheduler(pipe) -> SharedBatch:
     """The step scheduler of a loaded model: one BatchDecoder whose rows are the runs of every session."""
     with _LIVE_LOCK:
         kept = _SCHEDULERS.get(id(pipe))
         if kept is None or kept[0] is not pipe:
-            kept = _SCHEDULERS[id(pipe)] = (pipe, RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id)))
+            kept = _SCHEDULERS[id(pipe)] = (pipe, SharedBatch(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id)))
         return kept[1]
 
 
@@ -106,7 +106,7 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
     budget = budget or BUDGET
     if pipe.model.device.type != "cpu":  # lone runs keep the GPU's own forward path (CUDA graphs)
         return {label: start(pipe, req, budget) for label, req in reqs.items()}
-    shared = RowStreams(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id))
+    shared = SharedBatch(BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id))
     runs = {}
     for label, req in reqs.items():
         ids = pipe.encode(req.prompt)

@@ -12,7 +12,7 @@ time before that), and never less than the request budget (`ui.runs.BUDGET.secon
 ZeroGPU, must be what stops a run. Slots are at most `MAX_SLOT`.
 
 The engine is chosen inside the GPU: models are loaded in the main process, which never touches CUDA,
-so their engine (`llada.engine.use_engine`: the fused kernels after a self-check) is chosen at the start
+so their engine (`llada.fast.engine.use_engine`: the fused kernels after a self-check) is chosen at the start
 of each GPU worker's first call, by the hooks in `ON_CALL` (`ui.models.Models.engines_on_gpu`), and
 kept for that worker's life; a new worker's slot has `WORKER_SETUP_S` for it.
 

@@ -1,6 +1,6 @@
 """Batched decoding speed: aggregate tokens/s and per-row latency at each batch size B.
 
-One workload of `--rows` prompts is decoded with B rows at once (`llada.batch.BatchDecoder`,
+One workload of `--rows` prompts is decoded with B rows at once (`llada.decode.BatchDecoder`,
 continuous batching: a finished row's slot goes to the next prompt), for every B, on two models:
 
 * `embedded`: the shipped model (assets/model, fp32) on held-out items of its evaluation tasks, in one
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from ..batch import BatchDecoder
+from ..decode import BatchDecoder
 from ..config import DecodeConfig, ModelConfig
 from ..trace import Trace
 from .decode import MINI_PROPORTIONS

@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from ..config import ModelConfig
 from ..decode import DecodeConfig, generate
-from ..engine import use_engine
+from ..fast.engine import use_engine
 from ..model import LLaDA2MoE
-from ..quantize import quantize_model_fp8
+from ..fast.quantize import quantize_model_fp8
 from .forward import SHAPES, random_model
 from .timing import device_info, start, sync, write_report
 
@@ -44,7 +44,7 @@ def build_model(shape: str, device: torch.device, quantize: str) -> tuple[LLaDA2
     model = random_model(ModelConfig(**sizes), device, dtype)
     if quantize == "fp8":
         quantize_model_fp8(model)  # Triton kernels and fused routers on CUDA, the references on CPU
-    use_engine(model, "auto", decode=False)  # the fused kernels on CUDA after their layer check (random weights)
+    use_engine(model, "auto", decode=None)  # the fused kernels on CUDA after their layer check (random weights)
     return model, sizes
 
 

@@ -2,8 +2,8 @@
 
 The model is built from a `ModelConfig` with random weights (routing is then near uniform: ~163 of
 256 experts touched per layer at 32 tokens, the bandwidth-heavy case), its routed experts in FP8
-(`llada.quantize`: on CUDA the Triton kernels and the fused router). The prefix is written into the
-KV cache once; the timed call is the decode loop's own cached forward, `llada.graphs.StepGraphs`:
+(`llada.fast.quantize`: on CUDA the Triton kernels and the fused router). The prefix is written into the
+KV cache once; the timed call is the decode loop's own cached forward, `llada.fast.graphs.StepGraphs`:
 the static-shape forward recorded as a CUDA graph (`graph_ms`), and the same forward eagerly
 (`eager_ms`, the dynamic path the loop takes without graphs). TPS at a given TPF is TPF / forward
 time, shown next to the 1586.93 TPS the LLaDA2.1 report gives for mini (batch and hardware unstated).
@@ -26,12 +26,12 @@ import sys
 import torch
 
 from ..config import ModelConfig
-from ..engine import ENGINES, use_engine
-from ..graphs import StepGraphs
-from ..kernels import IMPLS, resolve_impl
-from ..kernels.launch import count_launches
+from ..fast.engine import ENGINES, use_engine
+from ..fast.graphs import StepGraphs
+from ..fast.kernels import IMPLS, resolve_impl
+from ..fast.kernels.launch import count_launches
 from ..model import LLaDA2MoE, block_causal_mask
-from ..quantize import FP8Experts, quantize_model_fp8
+from ..fast.quantize import FP8Experts, quantize_model_fp8
 from .timing import copy_gb_per_s, device_info, start, time_ms, write_report
 
 PAPER_TPS = 1586.93  # LLaDA2.1-mini peak, HumanEval+, TPF 12.32
@@ -101,7 +101,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quantize", choices=["fp8", "none"], default="fp8", help="routed experts in FP8")
     parser.add_argument("--impl", choices=IMPLS, default="auto")
     parser.add_argument("--engine", choices=ENGINES, default="auto",
-                        help="MoE kernels (llada.engine): auto = fast on CUDA after its self-check")
+                        help="MoE kernels (llada.fast.engine): auto = fast on CUDA after its self-check")
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--prefix", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=None, help="timed calls on CPU")
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
         print(f"[forward] quantizing routed experts to fp8 ({args.impl} kernels)", file=sys.stderr)
         quantize_model_fp8(model, impl=args.impl)
     engine = use_engine(model, "fast" if args.engine == "auto" and args.impl == "triton" else args.engine,
-                        decode=False)  # random weights: near-uniform logits tie everywhere; the layer check stays
+                        decode=None)  # random weights: near-uniform logits tie everywhere; the layer check stays
     print(f"[forward] {engine.line()}", file=sys.stderr)
     cache, block = prefill(model, prefix, args.block, torch.Generator(device=device).manual_seed(0))
     print(f"[forward] prefix {prefix} cached; timing forwards of {args.block} tokens", file=sys.stderr)

@@ -6,15 +6,15 @@ Steps, each in its own process so that one failure never stops the rest (their J
 --out, in NAME-parts/):
 
     self-check  the fast engine against the PyTorch reference on a mini-shaped MoE layer at M = 1, 32
-                (bf16 weights, and FP8 where the GPU has it): `llada.engine.self_check`
+                (bf16 weights, and FP8 where the GPU has it): `llada.fast.engine.self_check`
     tests       the kernel, graph and engine tests, compiled on this GPU (pytest)
-    tune        `python -m llada.bench kernels --tune` at M = 1..512 (-> llada/kernels/tuned/<gpu>.json)
+    tune        `python -m llada.bench kernels --tune` at M = 1..512 (-> llada/fast/kernels/tuned/<gpu>.json)
     kernels     the MoE layer at M = 1..512: time, GB/s, share of copy bandwidth, vs bf16 PyTorch
     forward     one mini-shaped forward (32-token block over 1,024 cached): CUDA graph vs eager
     decode      the decode loop at the mini's shape, FP8 experts: dynamic forward vs CUDA graphs
 
-Then each figure is printed next to what it should be (`expectations`): the targets of the README's
-"Benchmarks" section and the per-kernel estimates of its "Per-kernel estimates" table, which are
+Then each figure is printed next to what it should be (`expectations`): the targets in docs/gpu.md
+("Targets") and the per-kernel estimates of its "Per-kernel estimates" table, which are
 estimates on paper, not measurements. Without CUDA it says so in one line and exits with status 2.
 """
 
@@ -33,7 +33,7 @@ TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/test_k
          "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_kernels_census.py",
          "tests/test_graphs.py", "tests/test_quantize.py", "tests/test_engine_select.py"]
 STEPS = ("self-check", "tests", "tune", "kernels", "forward", "decode")
-H200_FORWARD_MS = 3.9  # the forward target on an H200 (README, Benchmarks); scaled by copy bandwidth elsewhere
+H200_FORWARD_MS = 3.9  # the forward target on an H200 (docs/gpu.md, "Targets"); scaled by copy bandwidth elsewhere
 H200_COPY_GB_S = 4000.0  # ~83% of the H200's 4.8 TB/s peak: what a device copy reaches (estimate)
 SHARE_TARGET = 0.70  # the MoE layer at M = 32 streams its weights at >= 70% of the copy bandwidth
 
@@ -71,13 +71,13 @@ def run_step(name: str, argv: list[str], timeout: float) -> dict:
 
 
 def self_check_only(out: str) -> int:
-    """A mini-shaped two-layer model (bf16, then FP8 where the GPU has it) through `llada.engine.self_check`."""
+    """A mini-shaped two-layer model (bf16, then FP8 where the GPU has it) through `llada.fast.engine.self_check`."""
     import torch
 
     from ..config import ModelConfig
-    from ..engine import to_fast, self_check
-    from ..kernels.devices import spec_of
-    from ..quantize import quantize_model_fp8
+    from ..fast.engine import to_fast, self_check
+    from ..fast.kernels.devices import spec_of
+    from ..fast.quantize import quantize_model_fp8
     from .forward import SHAPES, random_model
 
     cfg = ModelConfig(**{**SHAPES["llada2.1-mini"], "num_hidden_layers": 2, "vocab_size": 1024})
@@ -170,7 +170,7 @@ def main(argv: list[str]) -> int:
 
 
 def _has_fp8() -> bool:
-    from ..kernels.devices import spec_of
+    from ..fast.kernels.devices import spec_of
 
     return spec_of(0).fp8
 

@@ -13,10 +13,10 @@ Bytes: `weight_bytes` = fp8 weights + tile scales of the experts the routing tou
 must stream at least once); `layer_bytes` adds the bf16 router weight, x in and out. GB/s = bytes /
 median time, reported as a share of the measured device copy bandwidth (read + write of 2 GB).
 
-`--tune` measures the configurations of `llada.kernels.configs.candidates` on the GEMMs at each M
+`--tune` measures the configurations of `llada.fast.kernels.configs.candidates` on the GEMMs at each M
 (tile heights: the default's and the next; each candidate first checked against the default
 configuration's output) and writes the winners, with every candidate's time, to
-`llada/kernels/tuned/<gpu>.json`, which the kernels then use.
+`llada/fast/kernels/tuned/<gpu>.json`, which the kernels then use.
 
     python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--weights fp8|bf16] [--tune] [--out PATH]
 
@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import kernels
-from ..kernels import configs
-from ..kernels.launch import run
-from ..kernels.reference import rel_rmse
+from ..fast import kernels
+from ..fast.kernels import configs
+from ..fast.kernels.launch import run
+from ..fast.kernels.reference import rel_rmse
 from ..model import Experts
 from .timing import copy_gb_per_s, device_info, graphed, start, time_ms, write_report
 
@@ -97,7 +97,7 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
     """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up,
     SiLU·mul, down)."""
-    from ..kernels import fused_moe, router
+    from ..fast.kernels import fused_moe, router
 
     ids, weights, routing, _ = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
                                                  shape["topk_group"], ROUTED_SCALE)
@@ -179,7 +179,7 @@ def add_bandwidth(row: dict, copy: float) -> dict:
 
 
 def fused_reference(x: torch.Tensor, layer: Layer, ids: torch.Tensor, weights: torch.Tensor, impl: str):
-    """The fused kernels' contract through `llada.kernels` (the PyTorch references with impl="torch")."""
+    """The fused kernels' contract through `llada.fast.kernels` (the PyTorch references with impl="torch")."""
     if layer.fp8:
         return kernels.fused_moe_fp8(x, *layer.fused, ids, weights, impl=impl)
     return kernels.fused_moe_bf16(x, layer.fused[0], layer.fused[2], ids, weights, impl=impl)
@@ -265,7 +265,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
     parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
     parser.add_argument("--tune-limit", type=int, default=None, help="only the first N candidates (smoke runs)")
-    parser.add_argument("--tune-out", default=None, help="tuned table path (default llada/kernels/tuned/<gpu>.json)")
+    parser.add_argument("--tune-out", default=None, help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/kernels-<device>.json)")
     return parser.parse_args(argv)
@@ -304,6 +304,6 @@ def main(argv: list[str]) -> int:
 
 
 def _spec(device: torch.device):
-    from ..kernels.devices import spec_of
+    from ..fast.kernels.devices import spec_of
 
     return spec_of(device) if device.type == "cuda" else None

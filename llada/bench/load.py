@@ -4,7 +4,7 @@
     python -m llada.bench load --shape mini --device cuda                                    # full mini, bf16
     python -m llada.bench load --shape mini --device cuda --quantize fp8                     # full mini, fp8
 
-Without `--model`, a replica of `--shape` (`llada.replica`: the published config keys, sharded bf16
+Without `--model`, a replica of `--shape` (`llada.weights.replica`: the published config keys, sharded bf16
 with per-expert names, the tokenizer; random weights) is written to `--workdir` first, or reused.
 The load is measured in a fresh child process that does nothing else: it imports the engine, notes
 its resident memory, then loads the directory the way the playground does (`Pipeline.load` with the
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
 
 def replica(shape: str, workdir: Path) -> Path:
     """The replica of `shape` in `workdir`, written once (its index is written last: present = complete)."""
-    from ..replica import write_replica
+    from ..weights.replica import write_replica
 
     out = workdir / f"llada2.1-{shape}-replica"
     if not (out / "model.safetensors.index.json").exists() or not (out / "tokenizer.json").exists():
@@ -115,7 +115,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def load_report(pipe, root: Path, device: torch.device, quantize: str | None, seconds: float, baseline: int) -> dict:
-    from ..memory import weight_bytes
+    from ..weights.memory import weight_bytes
 
     cfg, dtype, peak = pipe.model.config, pipe.model.dtype, _peak_rss()
     checkpoint = sum(f.stat().st_size for f in root.glob("*.safetensors"))

@@ -30,8 +30,8 @@ import torch
 
 from .. import model as model_module
 from .. import row_exact as row_exact_module
-from ..decode import _Run
-from ..model import Row
+from ..loop import Run
+from ..model import RowInput
 from .batch import workload
 from .timing import device_info, start, write_report
 
@@ -55,7 +55,7 @@ def products_skipped():
     return products_replaced(zeros)
 
 
-def recorded_routes(model, rows: list[Row]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def recorded_routes(model, rows: list[RowInput]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every router's (expert ids, weights) of one `forward_rows(rows)`, in call order."""
     routes, real = [], model_module.Router.forward
 
@@ -91,7 +91,7 @@ def routes_kept(routes: list[tuple[torch.Tensor, torch.Tensor]]):
         model_module.Router.forward = real
 
 
-def product_flops(model, rows: list[Row]) -> int:
+def product_flops(model, rows: list[RowInput]) -> int:
     """Floating-point operations of the row-exact matrix products of one `forward_rows(rows)` (padding rows
     included: they are computed)."""
     count, real = [0], model_module.tile_product
@@ -117,16 +117,16 @@ def large_product_rate(repeats: int = 5) -> float:
     return 2 * 1024 ** 3 / best / 1e9
 
 
-def first_windows(model, prompts, cfg, mask_id: int, eos_id: int) -> list[Row]:
+def first_windows(model, prompts, cfg, mask_id: int, eos_id: int) -> list[RowInput]:
     """Each prompt's first decode forward as a row: its window from 0, over its own fresh cache."""
     rows = []
     for prompt in prompts:
-        run = _Run(model, prompt, cfg, mask_id, eos_id, "dynamic")
-        rows.append(Row(run.x[0, :cfg.block_length], 0, None, run.cache, True))
+        run = Run(model, prompt, cfg, mask_id, eos_id, "dynamic")
+        rows.append(RowInput(run.x[0, :cfg.block_length], 0, None, run.cache, True))
     return rows
 
 
-def best_ms(model, rows: list[Row], inner: int) -> float:
+def best_ms(model, rows: list[RowInput], inner: int) -> float:
     best = float("inf")
     for _ in range(inner):
         start = time.perf_counter()

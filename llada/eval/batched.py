@@ -7,7 +7,7 @@ A forward memo (`llada.forward_memo`, at most `MEMO_BYTES`) answers a row whose 
 already had: the modes of one item ask mostly for the same forwards (every mode's first forward of the
 item is the prompt and a block of masks; modes that draft alike share the next ones), so the callers
 queue an item's modes side by side and a small memo catches the repeats.
-Each item's output, forwards and edits are exactly those of a run alone (`llada.batch`). Only time is
+Each item's output, forwards and edits are exactly those of a run alone (`llada.decode`). Only time is
 shared: an item's `seconds` is its share of the batch's wall time (in proportion to the engine time of
 the rounds it took part in: a forward computed once and used by several rows, in one round or through
 the memo, is paid by those rows together), so that a tally's TPS is output tokens per wall-clock second
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..batch import check_configs
+from ..decode import check_configs
 from ..decode import BatchDecoder
 from ..forward_memo import ForwardMemo
 from ..trace import Trace

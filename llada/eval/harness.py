@@ -160,7 +160,7 @@ def full_report(pipe, args) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from ..heap import keep_freed_memory
+    from ..fast.heap import keep_freed_memory
     from ..pipeline import Pipeline
     from .codetrack import format_code_table
 

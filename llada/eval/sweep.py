@@ -10,7 +10,7 @@ other cell beats on both accuracy and TPF. Every cell decodes the same held-out 
 with `eos_early_stop`, each decode bounded by a `Budget` (`llada.budget`: a decode cut by it counts as
 wrong and as `cut`). The numbers mean what they mean in `llada.eval.harness` (`Tally` and `ModeReport`
 add them up): accuracy is the mean of the per-task accuracies, TPF generated tokens over all forwards
-(cache refreshes included). A sweep's decodes run `BATCH` at a time, sharing forwards (`llada.batch`), in
+(cache refreshes included). A sweep's decodes run `BATCH` at a time, sharing forwards (`llada.decode`), in
 cell order, the next cell's decodes joining as a cell's last ones finish (`_Rows`), and a forward memo
 (`llada.forward_memo`) answers every row that another decode already ran (the settings of a grid decode
 an item through mostly the same forwards): each decode's trace is the one it gets alone, so a point
@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterator, NamedTuple
 
-from ..batch import RowStreams
+from ..decode import SharedBatch
 from ..budget import Budget
 from ..decode import BatchDecoder
 from ..forward_memo import ForwardMemo
@@ -183,7 +183,7 @@ class _Rows:
         self.jobs = ((cell, task, item) for cell in cells for task, task_items in items.items() for item in task_items)
         self.gen_length = spec.gen_length
         batch = BatchDecoder(pipe.model, pipe.mask_id, pipe.eos_id, max_batch=BATCH, memo=ForwardMemo())
-        self.streams = RowStreams(batch, self._feed)
+        self.streams = SharedBatch(batch, self._feed)
         self.added: deque = deque()  # (row index, cell key, task, item, ids, cfg) added and not yet read
 
     def _feed(self, batch: BatchDecoder) -> None:
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from tqdm import tqdm
 
-    from ..heap import keep_freed_memory
+    from ..fast.heap import keep_freed_memory
     from ..pipeline import Pipeline
 
     args, spec = parse_args(argv)

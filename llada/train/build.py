@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import load_model
+from ..weights.checkpoint import load_model
 from ..config import ModelConfig
 from ..data.sources import source_roots
 from ..data.tasks import TASKS, sample

@@ -2,10 +2,10 @@
 
     config.json                          the llada2_moe config (+ mask / EOS ids, "torch_dtype": "bfloat16")
     model-00001-of-00003.safetensors     tensors under Hugging Face names, experts unstacked
-    ...                                  (`llada.checkpoint.hf_state_dict`), each shard under max_bytes
+    ...                                  (`llada.weights.checkpoint.hf_state_dict`), each shard under max_bytes
     model.safetensors.index.json         {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}
 
-This is the layout of real LLaDA2.1 checkpoints, so `llada.checkpoint.load_model` (and transformers'
+This is the layout of real LLaDA2.1 checkpoints, so `llada.weights.checkpoint.load_model` (and transformers'
 own loaders) read it as they read those. Tensors go to shards in name order, a new shard starting when
 the next tensor would pass `max_bytes`; a single tensor larger than that gets a shard of its own.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..checkpoint import INDEX, SINGLE, hf_state_dict
+from ..weights.checkpoint import INDEX, SINGLE, hf_state_dict
 from ..model import LLaDA2MoE
 
 MAX_SHARD_BYTES = 15 * 2**20  # every shard stays under 16 MB (Space uploads, quick partial downloads)

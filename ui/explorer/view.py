@@ -1,7 +1,7 @@
 """The Score | TPF tab: sweep (τ_mask, τ_edit) on a model, chart accuracy against TPF, load a point.
 
 `build_view(models)` creates the tab's components (call it inside `gr.Tab("Score | TPF", id="explorer")`);
-`wire(models, parts, playground, tabs)` wires their events (the handlers are in ui/explorer/sweeps.py).
+`wire(models, sweep, playground, tabs)` wires their events (the handlers are in ui/explorer/sweeps.py).
 
 A click on a point of the chart, or on a row of the table (`#explorer-table`), loads that point's
 settings into the playground (mode Custom, τ_mask, editing and τ_edit, MBE, block length) and switches
@@ -13,8 +13,8 @@ assets/explorer.js as `select` events of the empty `#explorer-pick` component.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import gradio as gr
 
@@ -36,56 +36,89 @@ INTRO = ASSETS / "explorer.md"
 SWEEP_CALLS = -(-int(SWEEP_SECONDS) // int(SWEEP_CALL_S))  # ZeroGPU: a sweep request's GPU calls at most
 
 
-def build_view(models: Models, defaults: dict | None = None) -> SimpleNamespace:
+@dataclass
+class SweepView:
+    """The tab's components: the grid to sweep, Run / Stop, and what the points show (ExplorerFrame's names)."""
+
+    tau_masks: gr.CheckboxGroup
+    tau_edits: gr.CheckboxGroup
+    mbe: gr.CheckboxGroup  # the MBE series: off, on
+    model: gr.Dropdown
+    tasks: gr.CheckboxGroup
+    n: gr.Slider  # items per task
+    block_length: gr.Slider
+    run: gr.Button
+    stop: gr.Button
+    progress: gr.Markdown
+    chart: gr.Plot
+    pick: gr.HTML  # the chart's clicks, sent by assets/explorer.js as its `select` events
+    table: gr.Dataframe
+    csv: gr.File
+
+
+@dataclass
+class PointTargets:
+    """The playground's controls a loaded point sets, handed over by ui/demo.py (this tab imports no other)."""
+
+    mode: gr.Radio
+    tau_mask: gr.Slider
+    edit: gr.Checkbox
+    tau_edit: gr.Slider
+    mbe: gr.Checkbox
+    block_length: gr.Slider
+    model: gr.Dropdown | None = None  # set too when given
+
+
+def build_view(models: Models, defaults: dict | None = None) -> SweepView:
     """The explorer's components (call inside `gr.Tab("Score | TPF", id="explorer")`); `defaults` overrides
     the grid first shown (keys of `DEFAULTS`, plus "tasks" and "block_length")."""
-    p = SimpleNamespace()
     d = DEFAULTS | {"tasks": list(TASKS), "block_length": presets_of(models.default)["S"]["block_length"]}
     d |= defaults or {}
     with gr.Column(elem_id="explorer"):
         gr.Markdown(INTRO.read_text(encoding="utf-8") if INTRO.exists() else "### Score | TPF")
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
-                p.tau_masks = gr.CheckboxGroup(TAU_MASKS, value=d["tau_masks"], elem_id="explorer-tau-mask",
-                                               label="τ_mask values (draft a mask when p > τ_mask)")
-                p.tau_edits = gr.CheckboxGroup(TAU_EDITS, value=d["tau_edits"], elem_id="explorer-tau-edit",
-                                               label="τ_edit values (edit a token when p > τ_edit; off: no editing)")
-                p.mbe = gr.CheckboxGroup(["off", "on"], value=d["mbe"], label="MBE series", elem_id="explorer-mbe")
+                tau_masks = gr.CheckboxGroup(TAU_MASKS, value=d["tau_masks"], elem_id="explorer-tau-mask",
+                                             label="τ_mask values (draft a mask when p > τ_mask)")
+                tau_edits = gr.CheckboxGroup(TAU_EDITS, value=d["tau_edits"], elem_id="explorer-tau-edit",
+                                             label="τ_edit values (edit a token when p > τ_edit; off: no editing)")
+                mbe = gr.CheckboxGroup(["off", "on"], value=d["mbe"], label="MBE series", elem_id="explorer-mbe")
                 with gr.Accordion("Model, tasks, items and block length", open=False, elem_id="explorer-more"):
-                    p.model = gr.Dropdown(models.choices(), value=models.default, label="Model",
-                                          elem_id="explorer-model")
-                    p.tasks = gr.CheckboxGroup(list(TASK_SETS), value=d["tasks"], label="tasks (held-out items)",
-                                               info="humaneval+: the first n HumanEval+ problems, each program "
-                                                    "checked in a sandbox (up to 512 tokens per decode)",
-                                               elem_id="explorer-tasks")
-                    p.n = gr.Slider(*N_LIMITS, value=d["n"], step=1, label="items per task", elem_id="explorer-n")
-                    p.block_length = gr.Slider(*LIMITS["block_length"], value=d["block_length"], step=4,
-                                               label="block length of the grid (presets keep their own)",
-                                               elem_id="explorer-block-length")
+                    model = gr.Dropdown(models.choices(), value=models.default, label="Model",
+                                        elem_id="explorer-model")
+                    tasks = gr.CheckboxGroup(list(TASK_SETS), value=d["tasks"], label="tasks (held-out items)",
+                                             info="humaneval+: the first n HumanEval+ problems, each program "
+                                                  "checked in a sandbox (up to 512 tokens per decode)",
+                                             elem_id="explorer-tasks")
+                    n = gr.Slider(*N_LIMITS, value=d["n"], step=1, label="items per task", elem_id="explorer-n")
+                    block_length = gr.Slider(*LIMITS["block_length"], value=d["block_length"], step=4,
+                                             label="block length of the grid (presets keep their own)",
+                                             elem_id="explorer-block-length")
                 with gr.Row():
-                    p.run = gr.Button("Run sweep", variant="primary", elem_id="explorer-run")
-                    p.stop = gr.Button("Stop", elem_id="explorer-stop")
+                    run = gr.Button("Run sweep", variant="primary", elem_id="explorer-run")
+                    stop = gr.Button("Stop", elem_id="explorer-stop")
             with gr.Column(scale=2, min_width=320):
-                p.progress = gr.Markdown("Open this tab to see the points measured before, or press **Run sweep**.",
-                                         elem_id="explorer-progress")
-                p.chart = gr.Plot(pareto.figure([]), elem_id="explorer-chart", show_label=False)
-                p.pick = gr.HTML("", js_on_load=(ASSETS / "explorer.js").read_text(encoding="utf-8"),
-                                 elem_id="explorer-pick", container=False, padding=False, apply_default_css=False)
-                p.table = gr.Dataframe(pareto.table([]), elem_id="explorer-table", interactive=False, max_height=360,
-                                       label="Every point: click a row to load its settings into the Playground")
-                p.csv = gr.File(label="CSV of these points", elem_id="explorer-csv", interactive=False)
-    return p
+                progress = gr.Markdown("Open this tab to see the points measured before, or press **Run sweep**.",
+                                       elem_id="explorer-progress")
+                chart = gr.Plot(pareto.figure([]), elem_id="explorer-chart", show_label=False)
+                pick = gr.HTML("", js_on_load=(ASSETS / "explorer.js").read_text(encoding="utf-8"),
+                               elem_id="explorer-pick", container=False, padding=False, apply_default_css=False)
+                table = gr.Dataframe(pareto.table([]), elem_id="explorer-table", interactive=False, max_height=360,
+                                     label="Every point: click a row to load its settings into the Playground")
+                csv = gr.File(label="CSV of these points", elem_id="explorer-csv", interactive=False)
+    return SweepView(tau_masks, tau_edits, mbe, model, tasks, n, block_length, run, stop, progress, chart, pick, table,
+                     csv)
 
 
-def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs, tab: gr.Tab | None = None,
+def wire(models: Models, sweep: SweepView, playground: PointTargets, tabs: gr.Tabs, tab: gr.Tab | None = None,
          cache_dir: str | Path | None = None) -> None:
     """The explorer's events. `playground` holds the controls a point sets (mode, tau_mask, edit, tau_edit,
     mbe, block_length; model too when given); `tabs` is the Tabs holding the "playground" tab; `tab`, the
     explorer's own, shows the cached points when opened."""
     cache = SweepCache(cache_dir or os.environ.get(CACHE_ENV) or None)
-    settings = Inputs(model_path=p.model, tau_masks=p.tau_masks, tau_edits=p.tau_edits, mbe=p.mbe, tasks=p.tasks,
-                      n=p.n, block_length=p.block_length)  # the names run_sweep and show_cached take
-    outputs = [getattr(p, name) for name in ExplorerFrame._fields]
+    settings = Inputs(model_path=sweep.model, tau_masks=sweep.tau_masks, tau_edits=sweep.tau_edits, mbe=sweep.mbe,
+                      tasks=sweep.tasks, n=sweep.n, block_length=sweep.block_length)  # run_sweep's, show_cached's names
+    outputs = [getattr(sweep, name) for name in ExplorerFrame._fields]
 
     @on_gpu(seconds=lambda _: CLOCK.sweep_seconds(DECODE_BUDGET.seconds))
     def run_call(data: dict):  # one GPU call of at most SWEEP_CALL_S of sweeping; its points are cached
@@ -105,17 +138,17 @@ def wire(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: 
             SWEEP_LOCK.release()
         return show_cached(models, cache, **settings.values(data), stopped=True)
 
-    free = p.run.click(sweep_free, None, p.progress, **PRIVATE, **REPLAY)  # answers without a decode slot
+    free = sweep.run.click(sweep_free, None, sweep.progress, **PRIVATE, **REPLAY)  # answers without a decode slot
     event = free.success(run, settings.inputs, outputs, show_progress="minimal", **PRIVATE, **DECODE)
-    p.stop.click(None, None, None, cancels=[event]).then(stopped, settings.inputs, outputs, **PRIVATE, **REPLAY)
+    sweep.stop.click(None, None, None, cancels=[event]).then(stopped, settings.inputs, outputs, **PRIVATE, **REPLAY)
     grid = [c for name, c in settings.components.items() if name != "model_path"]
-    triggers = [p.model.change] + [c.input for c in grid] + ([tab.select] if tab is not None else [])
+    triggers = [sweep.model.change] + [c.input for c in grid] + ([tab.select] if tab is not None else [])
     gr.on(triggers, cached, settings.inputs, outputs, trigger_mode="always_last", **PRIVATE, **REPLAY)
-    _wire_loading(models, p, playground, tabs)
+    _wire_loading(models, sweep, playground, tabs)
 
 
-def _wire_loading(models: Models, p: SimpleNamespace, playground: SimpleNamespace, tabs: gr.Tabs) -> None:
-    has_model = getattr(playground, "model", None) is not None
+def _wire_loading(models: Models, sweep: SweepView, playground: PointTargets, tabs: gr.Tabs) -> None:
+    has_model = playground.model is not None
     targets = [playground.mode, playground.tau_mask, playground.edit, playground.tau_edit, playground.mbe,
                playground.block_length, tabs] + ([playground.model] if has_model else [])
 
@@ -127,5 +160,5 @@ def _wire_loading(models: Models, p: SimpleNamespace, playground: SimpleNamespac
     def from_chart(model_path, evt: gr.SelectData):
         return load_point(evt.value, has_model, models.checked_path(model_path) or models.default)
 
-    p.table.select(from_row, [p.model], targets, **PRIVATE, **REPLAY)
-    p.pick.select(from_chart, [p.model], targets, **PRIVATE, **REPLAY)
+    sweep.table.select(from_row, [sweep.model], targets, **PRIVATE, **REPLAY)
+    sweep.pick.select(from_chart, [sweep.model], targets, **PRIVATE, **REPLAY)

@@ -4,20 +4,21 @@ The view replays a lesson without a model: play / pause (a `gr.Timer`), a step s
 one line of narration per step (ui/render/narrate.py, computed from the trace) and each run's numbers
 with its answer checked. The browser keeps the lesson's replay (`replay_of`: each run's canvas replay and
 the narration's lines per step) and draws a scrubbed step from it at once, as the Playground does
-(ui/render/live.py); the server draws play, ticks and *next edit*. `build_view(recordings)` creates the
-components inside the tab, `wire` their events.
+(ui/render/live.py); the server draws play, ticks and *next edit*, with the player every tab shares
+(ui/player.py). `build_view(recordings)` creates the components inside the tab, `wire` their events.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from html import escape
-from types import SimpleNamespace
 
 import gradio as gr
 
 from llada.trace import Trace
 
-from .. import ASSETS
+from .. import ASSETS, player
 from ..frame import PRIVATE, REPLAY, refusing
 from ..render import canvas
 from ..render.live import canvas_script, drawn, replay_value, scrub_value, scrubber_script
@@ -122,39 +123,64 @@ def _comparison(rec: Recording) -> str:
 
 # ---- the view ---------------------------------------------------------------------------------------------
 
-def build_view(recordings: dict) -> SimpleNamespace:
+@dataclass
+class LessonView:
+    """The Learn tab's components and the lessons they replay (title -> Recording)."""
+
+    lessons: dict[str, Recording]
+    run: gr.Radio  # the lesson picked
+    caption: gr.HTML
+    canvas_a: gr.HTML  # the lesson's first run
+    column_b: gr.Column  # the second run's column, hidden for a one-run lesson
+    canvas_b: gr.HTML
+    narration: gr.HTML
+    play: gr.Button
+    pause: gr.Button
+    next_edit: gr.Button
+    step: gr.Slider
+    replay: gr.HTML  # the lesson's replay, kept by the browser's scrubber
+    stats: gr.HTML
+    timer: gr.Timer
+
+    @property
+    def shown(self) -> list:
+        """What a step draws: both canvases and the narration (`frame`'s order)."""
+        return [self.canvas_a, self.canvas_b, self.narration]
+
+
+def build_view(recordings: dict) -> LessonView:
     """The Learn tab's components (call inside a gr.Tab); `recordings`: title -> Recording (or Trace)."""
     lessons = {label: as_recording(label, value) for label, value in recordings.items()}
     first = next(iter(lessons.values()), None)
     css = LEARN_CSS.read_text(encoding="utf-8") if LEARN_CSS.exists() else ""
-    v = SimpleNamespace(lessons=lessons)
     with gr.Row(elem_id="learn"):
         with gr.Column(scale=3, min_width=320):
-            v.run = gr.Radio(list(lessons), value=first.title if first else None, label="Recorded lessons",
-                             elem_id="learn-run")
-            v.caption = gr.HTML(caption_html(first), elem_id="learn-caption", js_on_load=None, css_template=css)
+            run = gr.Radio(list(lessons), value=first.title if first else None, label="Recorded lessons",
+                           elem_id="learn-run")
+            caption = gr.HTML(caption_html(first), elem_id="learn-caption", js_on_load=None, css_template=css)
             a, b = canvases(first, 0)
             with gr.Row():
                 with gr.Column(min_width=300):
-                    v.canvas_a = gr.HTML(a, elem_id="canvas-learn-box", js_on_load=canvas_script())
-                with gr.Column(min_width=300, visible=bool(first and len(first.runs) > 1)) as v.column_b:
-                    v.canvas_b = gr.HTML(b, elem_id="canvas-learn-b-box", js_on_load=canvas_script())
-            v.narration = gr.HTML(narration_html(first, 0), elem_id="learn-narration", js_on_load=None,
-                                  css_template=css)
+                    canvas_a = gr.HTML(a, elem_id="canvas-learn-box", js_on_load=canvas_script())
+                with gr.Column(min_width=300, visible=bool(first and len(first.runs) > 1)) as column_b:
+                    canvas_b = gr.HTML(b, elem_id="canvas-learn-b-box", js_on_load=canvas_script())
+            narration = gr.HTML(narration_html(first, 0), elem_id="learn-narration", js_on_load=None,
+                                css_template=css)
             with gr.Row():  # narrow buttons: one row on a phone too
-                v.play = gr.Button("▶ play", elem_id="learn-play", size="sm", min_width=80, variant="primary")
-                v.pause = gr.Button("❚❚ pause", elem_id="learn-pause", size="sm", min_width=80)
-                v.next_edit = gr.Button("next edit ⇥", elem_id="learn-next-edit", size="sm", min_width=80)
-            v.step = gr.Slider(0, max(first.steps, 1) if first else 1, value=0, step=1,
-                               label="step (the canvases after this many decode steps)", elem_id="learn-step")
-            v.replay = gr.HTML(replay_of(first), html_template="", elem_id="learn-replay", elem_classes=["patcher"],
-                               js_on_load=canvas_script() + scrubber_script("learn-step", "learn"),
-                               apply_default_css=False, container=False, padding=False)
-            v.stats = gr.HTML(stats_html(first), elem_id="learn-stats", js_on_load=None, css_template=css)
-            v.timer = gr.Timer(STEP_SECONDS, active=False)
+                play = gr.Button("▶ play", elem_id="learn-play", size="sm", min_width=80, variant="primary")
+                pause = gr.Button("❚❚ pause", elem_id="learn-pause", size="sm", min_width=80)
+                next_edit = gr.Button("next edit ⇥", elem_id="learn-next-edit", size="sm", min_width=80)
+            step = gr.Slider(0, max(first.steps, 1) if first else 1, value=0, step=1,
+                             label="step (the canvases after this many decode steps)", elem_id="learn-step")
+            replay = gr.HTML(replay_of(first), html_template="", elem_id="learn-replay", elem_classes=["patcher"],
+                             js_on_load=canvas_script() + scrubber_script("learn-step", "learn"),
+                             apply_default_css=False, container=False, padding=False)
+            stats = gr.HTML(stats_html(first), elem_id="learn-stats", js_on_load=None, css_template=css)
+            timer = gr.Timer(STEP_SECONDS, active=False)
         with gr.Column(scale=2, min_width=320):
             gr.Markdown(learn_text(), elem_id="learn-text")
-    return v
+    return LessonView(lessons, run, caption, canvas_a, column_b, canvas_b, narration, play, pause, next_edit, step,
+                      replay, stats, timer)
 
 
 def frame(rec: Recording | None, step: int) -> tuple[str, str, str]:
@@ -164,64 +190,79 @@ def frame(rec: Recording | None, step: int) -> tuple[str, str, str]:
     return drawn(a), drawn(b), drawn(narration_html(rec, step))
 
 
-def _stopped() -> gr.Timer:
-    return gr.Timer(active=False)
+def on_screen(rec: Recording | None) -> player.Replay:
+    """A lesson for the shared player (ui/player.py): its runs, drawn by `frame`."""
+    return player.Replay(rec.runs if rec else (), lambda k: frame(rec, k), width=3)
 
 
-def wire(recordings: dict, v: SimpleNamespace) -> None:
+# ---- the events: each takes the tab's lessons first (`_for` binds them) -----------------------------------
+
+def lesson_of(lessons: dict[str, Recording], title) -> Recording | None:
+    """The lesson titled `title` (None: none picked); InputError for a title that is none of them."""
+    if title is None:
+        return None
+    return lessons[check_choice("lesson", title, list(lessons))]
+
+
+@refusing
+def pick(lessons: dict[str, Recording], title) -> tuple:
+    """A lesson picked: its caption, second column, scrubber, numbers, step 0 and replay; it starts playing."""
+    rec = lesson_of(lessons, title)
+    steps = rec.steps if rec else 0
+    return (caption_html(rec), gr.update(visible=bool(rec and len(rec.runs) > 1)),
+            gr.update(maximum=max(steps, 1), value=0), stats_html(rec), *frame(rec, 0), replay_of(rec),
+            gr.Timer(STEP_SECONDS, active=rec is not None))
+
+
+@refusing
+def scrub(lessons: dict[str, Recording], title, step) -> gr.Timer:
+    """The browser has drawn the step from the lesson's replay; a lesson that plays stops."""
+    lesson_of(lessons, title)
+    check_step(step)
+    return player.stopped()
+
+
+@refusing
+def play(lessons: dict[str, Recording], title, step) -> tuple:
+    """*play*: (canvas, second canvas, narration, step, timer) from `step`, or from 0 at the end."""
+    rec, step = lesson_of(lessons, title), check_step(step)
+    return player.play(on_screen(rec), step, gr.Timer(STEP_SECONDS, active=True))
+
+
+@refusing
+def tick(lessons: dict[str, Recording], title, step) -> tuple:
+    """The timer's tick: one step on; the timer stops at the lesson's last step."""
+    rec, step = lesson_of(lessons, title), check_step(step)
+    return player.tick(on_screen(rec), step)
+
+
+@refusing
+def next_edit(lessons: dict[str, Recording], title, step) -> tuple:
+    """*next edit*: the first later step where either run edited something; a lesson that plays stops."""
+    rec, step = lesson_of(lessons, title), check_step(step)
+    return player.next_edit(on_screen(rec), step)
+
+
+def _for(lessons: dict[str, Recording], handler):
+    """`handler` with this page's lessons given first, under the handler's own name and module (Gradio, the
+    page's client and the tests know an event by them). Gradio reads the event's signature, `(*args)`: the
+    event's inputs, which `handler` takes after the lessons."""
+    def event(*args):
+        return handler(lessons, *args)
+    event.__name__, event.__qualname__, event.__module__ = handler.__name__, handler.__qualname__, handler.__module__
+    event.__doc__ = handler.__doc__
+    return event
+
+
+def wire(view: LessonView) -> None:
     """The Learn tab's events: pick a lesson (it plays from step 0), play / pause, scrub, next edit."""
-    lessons = v.lessons
-    shown = [v.canvas_a, v.canvas_b, v.narration]
-
-    def lesson(title) -> Recording | None:
-        if title is None:
-            return None
-        return lessons[check_choice("lesson", title, list(lessons))]
-
-    @refusing
-    def pick(title):
-        rec = lesson(title)
-        steps = rec.steps if rec else 0
-        return (caption_html(rec), gr.update(visible=bool(rec and len(rec.runs) > 1)),
-                gr.update(maximum=max(steps, 1), value=0), stats_html(rec), *frame(rec, 0), replay_of(rec),
-                gr.Timer(STEP_SECONDS, active=rec is not None))
-
-    @refusing
-    def scrub(title, step):
-        """The browser has drawn the step from the lesson's replay; a lesson that plays stops."""
-        lesson(title)
-        check_step(step)
-        return _stopped()
-
-    @refusing
-    def play(title, step):
-        rec, step = lesson(title), check_step(step)
-        if rec is None:
-            return (*(gr.skip(),) * 4, _stopped())
-        k = 0 if step >= rec.steps else step
-        return (*frame(rec, k), k, gr.Timer(STEP_SECONDS, active=True))
-
-    @refusing
-    def tick(title, step):
-        rec, step = lesson(title), check_step(step)
-        if rec is None or step >= rec.steps:
-            return (*(gr.skip(),) * 4, _stopped())
-        k = step + 1
-        return (*frame(rec, k), k, gr.skip() if k < rec.steps else _stopped())
-
-    @refusing
-    def next_edit(title, step):
-        rec, step = lesson(title), check_step(step)
-        found = [k for t in (rec.runs if rec else ()) if (k := canvas.next_edit_step(t, step)) is not None]
-        if not found:
-            return (*(gr.skip(),) * 4, _stopped())
-        return (*frame(rec, min(found)), min(found), _stopped())
-
-    private = {**PRIVATE, **REPLAY}
-    v.run.change(pick, [v.run], [v.caption, v.column_b, v.step, v.stats, *shown, v.replay, v.timer], **private)
-    v.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
-    v.step.input(scrub, [v.run, v.step], v.timer, trigger_mode="always_last", **private)
-    v.play.click(play, [v.run, v.step], [*shown, v.step, v.timer], **private)
-    v.pause.click(_stopped, None, v.timer, **private)
-    v.timer.tick(tick, [v.run, v.step], [*shown, v.step, v.timer], **private)
-    v.next_edit.click(next_edit, [v.run, v.step], [*shown, v.step, v.timer], **private)
+    on, private = functools.partial(_for, view.lessons), {**PRIVATE, **REPLAY}
+    playing = [*view.shown, view.step, view.timer]  # what play, a tick and next edit set
+    picked = [view.caption, view.column_b, view.step, view.stats, *view.shown, view.replay, view.timer]
+    view.run.change(on(pick), [view.run], picked, **private)
+    view.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
+    view.step.input(on(scrub), [view.run, view.step], view.timer, trigger_mode="always_last", **private)
+    view.play.click(on(play), [view.run, view.step], playing, **private)
+    view.pause.click(player.pause, None, view.timer, **private)
+    view.timer.tick(on(tick), [view.run, view.step], playing, **private)
+    view.next_edit.click(on(next_edit), [view.run, view.step], playing, **private)

@@ -9,8 +9,8 @@ beyond a slider's range is not silently clamped: the page says what happened (as
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import gradio as gr
 
@@ -62,27 +62,70 @@ def gen_limit(model_path: str | None, block_max: int = LIMITS["block_length"][1]
     return max(LIMITS["gen_length"][0], min(LIMITS["gen_length"][1], positions - block_max))
 
 
-def prompt_bar(c: SimpleNamespace) -> None:
-    """Prompt, Generate and Stop, then the mode row: what a first visit needs above the fold."""
+@dataclass
+class PromptBar:
+    """What a first visit needs above the fold: the prompt, Generate, Stop, Compare and the mode row."""
+
+    prompt: gr.Textbox
+    generate: gr.Button
+    stop: gr.Button
+    compare: gr.Button
+    mode: gr.Radio
+    mbe: gr.Checkbox
+    teach: gr.Checkbox  # replay slowly after each run
+
+
+@dataclass
+class Settings:
+    """The settings column: model, thresholds, lengths, the folded rest, and ghost."""
+
+    model: gr.Dropdown
+    presets: gr.Markdown  # the model's presets, one line
+    tau_mask: gr.Slider
+    edit: gr.Checkbox  # editing (T2T) on
+    tau_edit: gr.Slider
+    block_length: gr.Slider
+    gen_length: gr.Slider
+    mbe_window: gr.Slider
+    max_post_steps: gr.Slider
+    temperature: gr.Slider
+    seed: gr.Number
+    ghost: gr.Checkbox
+
+
+@dataclass
+class Controls(Settings, PromptBar):
+    """Every control of the tab, by the names a run's inputs have (`generate_ui`'s), and the model's note."""
+
+    knows: gr.Markdown  # what the chosen model knows
+
+    @classmethod
+    def of(cls, knows: gr.Markdown, bar: PromptBar, settings: Settings) -> Controls:
+        return cls(knows=knows, **vars(bar), **vars(settings))
+
+
+def prompt_bar() -> PromptBar:
+    """Prompt, Generate and Stop, then the mode row."""
     with gr.Row(equal_height=True):
-        c.prompt = gr.Textbox(label="Prompt (Ctrl+Enter or ⌘+Enter runs it)", lines=2, max_lines=8,
-                              elem_id="prompt", placeholder="176+771=", scale=5, min_width=300)
+        prompt = gr.Textbox(label="Prompt (Ctrl+Enter or ⌘+Enter runs it)", lines=2, max_lines=8,
+                            elem_id="prompt", placeholder="176+771=", scale=5, min_width=300)
         with gr.Column(scale=1, min_width=140):
-            c.generate = gr.Button("Generate", variant="primary", elem_id="generate")
-            c.stop = gr.Button("Stop", elem_id="stop")
-            c.compare = gr.Button("Compare S vs Q", elem_id="run-compare", size="sm")
+            generate = gr.Button("Generate", variant="primary", elem_id="generate")
+            stop = gr.Button("Stop", elem_id="stop")
+            compare = gr.Button("Compare S vs Q", elem_id="run-compare", size="sm")
     with gr.Row(equal_height=True):
-        c.mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode", scale=3, min_width=300)
-        c.mbe = gr.Checkbox(value=False, label="Multi-Block Editing (MBE)", elem_id="mbe", scale=1, min_width=220)
-        c.teach = gr.Checkbox(value=True, label="replay slowly after each run", elem_id="teach", scale=1,
-                              min_width=220)
+        mode = gr.Radio(list(MODES), value="S", label="Mode", elem_id="mode", scale=3, min_width=300)
+        mbe = gr.Checkbox(value=False, label="Multi-Block Editing (MBE)", elem_id="mbe", scale=1, min_width=220)
+        teach = gr.Checkbox(value=True, label="replay slowly after each run", elem_id="teach", scale=1,
+                            min_width=220)
+    return PromptBar(prompt, generate, stop, compare, mode, mbe, teach)
 
 
-def example_list(c: SimpleNamespace) -> gr.Dataset:
+def example_list(controls: Controls) -> gr.Dataset:
     """The examples as a dataset of labels; a click sends its index (`example_values` reads it)."""
     items = examples()
     rows = [[e[k] for k in EXAMPLE_INPUTS] for e in items]
-    return gr.Dataset(components=[getattr(c, k) for k in EXAMPLE_INPUTS], samples=rows, type="index",
+    return gr.Dataset(components=[getattr(controls, k) for k in EXAMPLE_INPUTS], samples=rows, type="index",
                       sample_labels=[e["label"] for e in items], label="Examples: click one to run it",
                       elem_id="examples", samples_per_page=6)
 
@@ -99,30 +142,32 @@ def example_values(index) -> tuple:
     return tuple(items[k][name] for name in EXAMPLE_INPUTS)
 
 
-def settings(c: SimpleNamespace, models) -> None:
+def settings(models) -> Settings:
     """The settings column: model, thresholds, lengths, and the rest folded away."""
-    c.model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
-                          info=models.note() or None)  # why a candidate is not offered
-    c.presets = gr.Markdown(presets_note(models.default), elem_id="presets")
+    model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
+                        info=models.note() or None)  # why a candidate is not offered
+    presets = gr.Markdown(presets_note(models.default), elem_id="presets")
     s = preset_values(presets_of(models.default), "S")
-    c.tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",
-                           elem_id="tau-mask")
-    c.edit = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
-    c.tau_edit = gr.Slider(0, 1, value=s["editing_threshold"] or 0.0, step=0.01,
-                           label="τ_edit: edit a token when p > τ_edit (T2T)", elem_id="tau-edit")
-    c.block_length = gr.Slider(*LIMITS["block_length"], value=s["block_length"], step=4, label="block length",
-                               elem_id="block-length")
+    tau_mask = gr.Slider(0, 1, value=s["threshold"], step=0.01, label="τ_mask: draft a mask when p > τ_mask (M2T)",
+                         elem_id="tau-mask")
+    edit = gr.Checkbox(value=True, label="editing (T2T) on", elem_id="edit-on")
+    tau_edit = gr.Slider(0, 1, value=s["editing_threshold"] or 0.0, step=0.01,
+                         label="τ_edit: edit a token when p > τ_edit (T2T)", elem_id="tau-edit")
+    block_length = gr.Slider(*LIMITS["block_length"], value=s["block_length"], step=4, label="block length",
+                             elem_id="block-length")
     top = gen_limit(models.default)
-    c.gen_length = gr.Slider(LIMITS["gen_length"][0], top, value=min(128, top), step=8, label="generation length",
-                             elem_id="gen-length")
-    c.mbe_window = gr.Slider(*LIMITS["mbe_window"], value=1, step=1, label="MBE window (finished blocks kept "
-                             "editable)", elem_id="mbe-window")
+    gen_length = gr.Slider(LIMITS["gen_length"][0], top, value=min(128, top), step=8, label="generation length",
+                           elem_id="gen-length")
+    mbe_window = gr.Slider(*LIMITS["mbe_window"], value=1, step=1, label="MBE window (finished blocks kept "
+                           "editable)", elem_id="mbe-window")
     with gr.Accordion("More settings", open=False):
-        c.max_post_steps = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
-                               label="max post steps (mask-free steps per block)", elem_id="max-post-steps")
-        c.temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)",
-                                  elem_id="temperature")
-        c.seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
-    c.ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
+        max_post_steps = gr.Slider(*LIMITS["max_post_steps"], value=s["max_post_steps"], step=1,
+                                   label="max post steps (mask-free steps per block)", elem_id="max-post-steps")
+        temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)",
+                                elem_id="temperature")
+        seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
+    ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
     gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
                 "This tab keeps its last run for an hour.", elem_id="budget-note")
+    return Settings(model, presets, tau_mask, edit, tau_edit, block_length, gen_length, mbe_window, max_post_steps,
+                    temperature, seed, ghost)

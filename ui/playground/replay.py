@@ -1,6 +1,7 @@
 """Replaying the run on screen: the step scrubber, play / pause, a slow replay after a run, next edit, export.
 
-Replays re-render the session's stored Trace (a `gr.State`) and never touch the model.
+Replays re-render the session's stored Trace (a `gr.State`) and never touch the model. Play, its ticks and
+next edit are the player every tab shares (ui/player.py), handed this tab's canvas (`replay_of`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import gradio as gr
 
 from llada.trace import Trace
 
-from .. import export
+from .. import export, player
 from ..frame import refusing
 from ..render import canvas
 from ..render.live import drawn, replay_value, scrub_value
@@ -18,9 +19,9 @@ from ..settings import check_choice, check_flag, check_step
 SPEEDS = ["0.5", "1", "2", "4"]  # the replay speeds offered (times the normal pace)
 
 
-def render(trace: Trace | None, step: int, ghost: bool, elem_id: str = "canvas") -> str:
+def render(trace: Trace | None, step: int, ghost: bool) -> str:
     """The canvas after `step`, as a new frame (the browser may have drawn another step since: live.drawn)."""
-    return drawn(canvas.render(trace, step, ghost, elem_id=elem_id))
+    return drawn(canvas.render(trace, step, ghost))
 
 
 @refusing
@@ -36,7 +37,7 @@ def scrub(trace: Trace | None, step, ghost) -> tuple:
     of a finished run from its replay (ui/render/live.py) at once; the server draws only a live run's."""
     step, ghost = check_step(step), check_flag("ghost", ghost)
     finished = trace is not None and trace.status != "running"
-    return (gr.skip() if finished else render(trace, step, ghost)), gr.Timer(active=False)
+    return (gr.skip() if finished else render(trace, step, ghost)), player.stopped()
 
 
 TEACH_SECONDS = 12.0  # a slow replay after a run lasts about this long ...
@@ -57,42 +58,31 @@ def teach(trace: Trace | None, slow, ghost) -> tuple:
     return render(trace, 0, bool(ghost)), 0, gr.Timer(value=pace, active=True)
 
 
-def pause() -> gr.Timer:
-    return gr.Timer(active=False)
+def replay_of(trace: Trace | None, ghost: bool) -> player.Replay:
+    """The run on the canvas, for the shared player (ui/player.py): one component, the canvas."""
+    return player.Replay((trace,) if trace is not None else (), lambda k: (render(trace, k, ghost),), width=1)
 
 
 @refusing
 def start_play(trace: Trace | None, step, ghost, speed) -> tuple:
-    """Start the replay timer (from step 0 when the scrubber sits at the end)."""
+    """Start the replay timer (from step 0 when the scrubber sits at the end): (canvas, step, timer)."""
     step, ghost, timer = check_step(step), check_flag("ghost", ghost), play(speed)
-    if trace is None:
-        return gr.skip(), gr.skip(), gr.skip()
-    k = 0 if step >= trace.steps else step
-    return render(trace, k, ghost), k, timer
+    return player.play(replay_of(trace, ghost), step, timer)
 
 
 @refusing
 def tick(trace: Trace | None, step, ghost) -> tuple:
-    """One replay step forward; the timer stops at the last step."""
+    """One replay step forward; the timer stops at the last step: (canvas, step, timer)."""
     step, ghost = check_step(step), check_flag("ghost", ghost)
-    if trace is None or step >= trace.steps or trace.status == "running":  # a new run took over the canvas
-        return gr.skip(), gr.skip(), gr.Timer(active=False)
-    k = step + 1
-    return render(trace, k, ghost), k, gr.skip() if k < trace.steps else gr.Timer(active=False)
-
-
-def next_edit(trace: Trace | None, step, ghost, elem_id: str = "canvas") -> tuple:
-    """Jump to the next step that edited something (T2T or MBE); stay when there is none."""
-    k = canvas.next_edit_step(trace, check_step(step))
-    if k is None:
-        return gr.skip(), gr.skip()
-    return render(trace, k, check_flag("ghost", ghost), elem_id), k
+    if trace is not None and trace.status == "running":  # a new run took over the canvas
+        trace = None
+    return player.tick(replay_of(trace, ghost), step)
 
 
 @refusing
 def jump_to_edit(trace: Trace | None, step, ghost) -> tuple:
-    """Next edit, stopping a replay in progress: (canvas, step, timer)."""
-    return (*next_edit(trace, step, ghost), gr.Timer(active=False))
+    """Next edit (T2T or MBE), stopping a replay in progress: (canvas, step, timer)."""
+    return player.next_edit(replay_of(trace, check_flag("ghost", ghost)), check_step(step))
 
 
 EXPORTS = export.ExportDir()

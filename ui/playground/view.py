@@ -6,7 +6,7 @@ column) are in ui/playground/controls.py, the events in ui/playground/wire.py.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -30,65 +30,130 @@ def _patcher(elem_id: str, script: str = PATCHER_JS) -> gr.HTML:
                    elem_classes=["patcher"], apply_default_css=False, container=False, padding=False)
 
 
-def _run_view() -> SimpleNamespace:
-    v = SimpleNamespace()
-    v.stats = gr.Markdown(tables.stats_line(None), elem_id="stats")
-    v.canvas = _canvas_box(canvas.render(None, 0), "canvas-box")
-    v.patch = _patcher("canvas-patch")
-    v.replay = _patcher("canvas-replay", scrubber_script("step", "canvas", pause="pause"))
+@dataclass
+class RunView:
+    """A run on screen: the error box, numbers, canvas, its scrubber and player, and the decoded text."""
+
+    error: gr.HTML  # a refusal or failure, said in words
+    stats: gr.Markdown
+    canvas: gr.HTML
+    patch: gr.HTML  # applies a live run's canvas patches
+    replay: gr.HTML  # keeps a finished run's replay for the scrubber
+    step: gr.Slider
+    speed: gr.Dropdown
+    play: gr.Button
+    pause: gr.Button
+    next_edit: gr.Button
+    timer: gr.Timer
+    text: gr.Textbox
+    note: gr.Markdown
+
+
+@dataclass
+class RunCharts:
+    """Below the comparison: the run's three charts, confidence heatmap, edit log and export."""
+
+    charts: list[gr.Plot]  # TPS, TPF, steps
+    heatmap: gr.Plot
+    edit_log: gr.Dataframe
+    export: gr.Button
+    files: gr.File
+
+
+@dataclass
+class CompareView:
+    """S vs Q on the same prompt: the verdict, one scrubber for both canvases, their numbers and charts."""
+
+    verdict: gr.Markdown
+    step: gr.Slider
+    canvas_s: gr.HTML
+    canvas_q: gr.HTML
+    patch: gr.HTML
+    replay: gr.HTML
+    table: gr.Dataframe
+    diff: gr.HTML
+    charts: list[gr.Plot]
+
+
+@dataclass
+class ApiInputs:
+    """The hidden components behind /generate, /compare and /trace: the contract's inputs, outputs, triggers."""
+
+    prompt: gr.Textbox
+    mode: gr.Textbox
+    tau_mask: gr.Number
+    tau_edit: gr.Number
+    mbe: gr.Checkbox
+    block_length: gr.Number
+    gen_length: gr.Number
+    model: gr.Textbox
+    text: gr.Textbox
+    stats: gr.JSON
+    result: gr.JSON
+    trace: gr.JSON
+    generate: gr.Button
+    compare: gr.Button
+    get_trace: gr.Button
+
+
+def _run_view(error: gr.HTML) -> RunView:
+    stats = gr.Markdown(tables.stats_line(None), elem_id="stats")
+    canvas_box = _canvas_box(canvas.render(None, 0), "canvas-box")
+    patch = _patcher("canvas-patch")
+    replay = _patcher("canvas-replay", scrubber_script("step", "canvas", pause="pause"))
     with gr.Row(equal_height=True):
-        v.step = gr.Slider(0, 1, value=0, step=1, label="step (replay: the canvas after this step)", elem_id="step",
-                           scale=4)
-        v.speed = gr.Dropdown(SPEEDS, value="1", label="speed", elem_id="speed", scale=1, min_width=80)
+        step = gr.Slider(0, 1, value=0, step=1, label="step (replay: the canvas after this step)", elem_id="step",
+                         scale=4)
+        speed = gr.Dropdown(SPEEDS, value="1", label="speed", elem_id="speed", scale=1, min_width=80)
     with gr.Row():
-        v.play = gr.Button("▶ play", elem_id="play", size="sm")
-        v.pause = gr.Button("❚❚ pause", elem_id="pause", size="sm")
-        v.next_edit = gr.Button("next edit ⇥", elem_id="next-edit", size="sm")
-    v.timer = gr.Timer(0.3, active=False)
-    v.text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"],
-                        placeholder="The decoded text appears here as the run goes (the prompt excluded).")
-    v.note = gr.Markdown("", elem_id="output-note")
-    return v
+        play = gr.Button("▶ play", elem_id="play", size="sm")
+        pause = gr.Button("❚❚ pause", elem_id="pause", size="sm")
+        next_edit = gr.Button("next edit ⇥", elem_id="next-edit", size="sm")
+    timer = gr.Timer(0.3, active=False)
+    text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"],
+                      placeholder="The decoded text appears here as the run goes (the prompt excluded).")
+    note = gr.Markdown("", elem_id="output-note")
+    return RunView(error, stats, canvas_box, patch, replay, step, speed, play, pause, next_edit, timer, text, note)
 
 
-def charts_view(v: SimpleNamespace) -> None:
+def charts_view() -> RunCharts:
     """The run's charts, confidence heatmap, edit log and export (below the comparison)."""
     with gr.Row():
-        v.charts = [gr.Plot(elem_id=i, show_label=False, min_width=300) for i in ("chart-tps", "chart-tpf",
-                                                                                  "chart-steps")]
+        charts = [gr.Plot(elem_id=i, show_label=False, min_width=300) for i in ("chart-tps", "chart-tpf",
+                                                                                "chart-steps")]
     with gr.Accordion("Why was a token drafted or edited when it was? Confidence per position and step",
                       open=True, elem_id="heatmap-box"):
-        v.heatmap = gr.Plot(elem_id="chart-confidence", show_label=False)
-    v.edit_log = gr.Dataframe(tables.edit_log(None), label="Edit log: every T2T and MBE edit", elem_id="edit-log",
-                              interactive=False, max_height=300)
+        heatmap = gr.Plot(elem_id="chart-confidence", show_label=False)
+    edit_log = gr.Dataframe(tables.edit_log(None), label="Edit log: every T2T and MBE edit", elem_id="edit-log",
+                            interactive=False, max_height=300)
     with gr.Row():
-        v.export = gr.Button("Export trace (JSON) and HTML replay", elem_id="export", size="sm")
-        v.files = gr.File(file_count="multiple", label="Exports", elem_id="export-files")
+        export = gr.Button("Export trace (JSON) and HTML replay", elem_id="export", size="sm")
+        files = gr.File(file_count="multiple", label="Exports", elem_id="export-files")
+    return RunCharts(charts, heatmap, edit_log, export, files)
 
 
-def compare_view() -> SimpleNamespace:
-    v = SimpleNamespace()
+def compare_view() -> CompareView:
     with gr.Column(elem_id="compare"):
         gr.Markdown("### S vs Q on the same prompt\n**Compare S vs Q** (beside Generate) runs both modes on the "
                     "prompt, each with **its own preset, block length included** (the sliders are not used), "
                     "with Multi-Block Editing as the **MBE** box says; they share each forward, on one timeline.")
-        v.verdict = gr.Markdown("", elem_id="compare-verdict")
-        v.step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
+        verdict = gr.Markdown("", elem_id="compare-verdict")
+        step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
         with gr.Row(elem_id="compare-canvases"):
             with gr.Column(min_width=320):
-                v.canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s", hint=COMPARE_HINT % "S"),
-                                         "canvas-s-box")
+                canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s", hint=COMPARE_HINT % "S"),
+                                       "canvas-s-box")
             with gr.Column(min_width=320):
-                v.canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q", hint=COMPARE_HINT % "Q"),
-                                         "canvas-q-box")
-        v.patch = _patcher("canvas-patch-compare")
-        v.replay = _patcher("canvas-replay-compare", scrubber_script("compare-step", "compare"))
-        v.table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
-        v.diff = gr.HTML("", elem_id="diff")
+                canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q", hint=COMPARE_HINT % "Q"),
+                                       "canvas-q-box")
+        patch = _patcher("canvas-patch-compare")
+        replay = _patcher("canvas-replay-compare", scrubber_script("compare-step", "compare"))
+        table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
+        diff = gr.HTML("", elem_id="diff")
         with gr.Row():
-            v.charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False, min_width=300)
-                        for i in ("chart-tps", "chart-tpf", "chart-steps")]
-    return v
+            charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False, min_width=300)
+                      for i in ("chart-tps", "chart-tpf", "chart-steps")]
+    return CompareView(verdict, step, canvas_s, canvas_q, patch, replay, table, diff, charts)
 
 
 def _api_input(component, example):
@@ -97,30 +162,28 @@ def _api_input(component, example):
     return component
 
 
-def api_inputs() -> SimpleNamespace:
+def api_inputs() -> ApiInputs:
     """Hidden components that give the API endpoints the contract's inputs, with examples that work."""
-    a = SimpleNamespace()
     with gr.Column(visible=False):
-        a.prompt = _api_input(gr.Textbox("176+771=", label="prompt"), "176+771=")
-        a.mode = _api_input(gr.Textbox("S", label="mode"), "S")
-        a.tau_mask = _api_input(gr.Number(None, label="tau_mask"), None)  # null: the mode's value
-        a.tau_edit = _api_input(gr.Number(None, label="tau_edit"), None)
-        a.mbe = _api_input(gr.Checkbox(False, label="mbe"), False)
-        a.block_length = _api_input(gr.Number(None, label="block_length"), None)
-        a.gen_length = _api_input(gr.Number(32, label="gen_length"), 32)
-        a.model = _api_input(gr.Textbox("", label="model"), "")  # an offered model's name; empty: the default
-        a.text, a.stats, a.result, a.trace = gr.Textbox(), gr.JSON(), gr.JSON(), gr.JSON()
-        a.generate, a.compare, a.get_trace = gr.Button(), gr.Button(), gr.Button()
-    return a
+        inputs = {"prompt": _api_input(gr.Textbox("176+771=", label="prompt"), "176+771="),
+                  "mode": _api_input(gr.Textbox("S", label="mode"), "S"),
+                  "tau_mask": _api_input(gr.Number(None, label="tau_mask"), None),  # null: the mode's value
+                  "tau_edit": _api_input(gr.Number(None, label="tau_edit"), None),
+                  "mbe": _api_input(gr.Checkbox(False, label="mbe"), False),
+                  "block_length": _api_input(gr.Number(None, label="block_length"), None),
+                  "gen_length": _api_input(gr.Number(32, label="gen_length"), 32),
+                  # an offered model's name; empty: the default
+                  "model": _api_input(gr.Textbox("", label="model"), "")}
+        return ApiInputs(**inputs, text=gr.Textbox(), stats=gr.JSON(), result=gr.JSON(), trace=gr.JSON(),
+                         generate=gr.Button(), compare=gr.Button(), get_trace=gr.Button())
 
 
-def run_view_area(c: SimpleNamespace, models) -> SimpleNamespace:
-    """#error, the run view with the settings column beside it; the settings go into `c`."""
+def run_view_area(models) -> tuple[RunView, controls.Settings]:
+    """#error, the run view with the settings column beside it."""
     error = gr.HTML("", elem_id="error")
     with gr.Row():
         with gr.Column(scale=3, min_width=320):
-            v = _run_view()
+            run_view = _run_view(error)
         with gr.Column(scale=1, min_width=280, elem_id="settings"):
-            controls.settings(c, models)
-    v.error = error
-    return v
+            settings = controls.settings(models)
+    return run_view, settings

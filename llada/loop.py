@@ -1,0 +1,193 @@
+"""One run's draft-and-edit loop: a generator that asks for each forward and yields a `StepRecord` per forward.
+
+The sequence (prompt + gen_length masks, padded to whole blocks) is decoded block by block from the
+block holding the prompt's tail. Each decode forward scores a window (the active block, after the
+MBE blocks when MBE is on), and the public rule `llada.rule.step` decides the drafts (M2T) and the
+edits (T2T, MBE). A block stops when a step starts without masks and edits nothing, or after
+`max_post_steps` mask-free steps; with `eos_early_stop` the run stops after a finished block that
+holds EOS.
+
+The KV cache holds finished blocks (those that left the MBE window), computed from their final
+tokens: when a block's last forward already saw them its keys/values are committed as they are,
+otherwise one `cache` forward recomputes them. Forwards that only fill the cache are `cache` records.
+
+`loop(run)` never calls the model itself: it yields a `ForwardAsk` (the positions it needs scored) and is
+sent the rule's `WindowUpdate` on that forward's logits (`llada.decide`), None for a cache forward. Who
+runs the forwards, one run alone or many rows in one model call, is the driver's business
+(`llada.decode`); the loop is the same either way, so a run's trace does not depend on its company.
+
+Forward paths (`forward=`): "dynamic" slices the cache to the keys in use (the path on CPU);
+"static" runs the same forward with shapes fixed per window length (`llada.fast.graphs`); "graph" records
+those as CUDA graphs and replays them; "auto" = "graph" for a cached run on CUDA of a model whose
+forward never waits for the host (`graph_ready`: FP8 experts on the Triton kernels), else "dynamic".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from typing import Generator, NamedTuple
+
+import torch
+
+from .config import DecodeConfig, padded_length
+from .decide import WindowUpdate
+from .fast.graphs import graph_ready, keep_step_graphs, step_graphs
+from .model import LLaDA2MoE, RowInput, block_causal_mask
+from .trace import Change, StepRecord
+
+FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
+
+
+class NonFiniteLogits(FloatingPointError):
+    """The model produced NaN or infinite logits: the run cannot go on (broken or overflowing weights)."""
+
+
+class ForwardAsk(NamedTuple):
+    """A forward a row's loop asks for: positions [lo, hi); those from groups_hi*B on form one group."""
+
+    lo: int
+    hi: int
+    groups_hi: int
+    logits: bool = True  # False: a cache forward (only its keys/values are kept)
+
+
+class Run:
+    """Mutable state of one decoding run (the sequence, the cache, the counters)."""
+
+    def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
+                 forward: str = "auto"):
+        self.model, self.cfg, self.mask_id, self.eos_id = model, cfg, mask_id, eos_id
+        self.P, B = len(prompt), cfg.block_length
+        self.n_blocks = padded_length(self.P, cfg.gen_length, B) // B
+        self.first = self.P // B
+        with torch.inference_mode():  # these tensors are only ever written inside inference mode
+            self.x = torch.full((1, self.n_blocks * B), mask_id, dtype=torch.long, device=model.device)
+            self.seq = self.x[0]  # (L,) the sequence, a view of x
+            self.seq[:self.P] = torch.tensor(prompt, dtype=torch.long)
+            path = resolve_forward(forward, model, cfg)
+            # static paths: a KV cache and graphs kept from an earlier run of this shape, when one is free
+            self.static = None if path == "dynamic" else step_graphs(model, self.n_blocks * B, B, path == "graph")
+            self.cache = self.static.cache if self.static is not None else \
+                model.new_cache(self.n_blocks * B) if cfg.use_cache else None
+        if self.static is not None:
+            weakref.finalize(self, keep_step_graphs, model, self.static)  # kept for the next run when this one ends
+        self.generator = torch.Generator(device=model.device)
+        if cfg.seed is not None:
+            self.generator.manual_seed(cfg.seed)
+        self.decode_forwards = 0
+        self.resumed = time.perf_counter()  # when the engine last got control back from its consumer
+
+    def model_input(self, f: ForwardAsk) -> RowInput:
+        """The row-batched forward's input for `f`: the window over the cache, or the whole prefix without one."""
+        B = self.cfg.block_length
+        if self.cache is not None:
+            mask = None
+            if min(f.lo // B, f.groups_hi) != min((f.hi - 1) // B, f.groups_hi):  # several strict blocks in one call
+                groups = (torch.arange(f.lo, f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
+                keys = torch.cat([torch.full((f.lo,), -1, device=groups.device), groups])
+                mask = block_causal_mask(groups, keys)
+            return RowInput(self.seq[f.lo:f.hi], f.lo, mask, self.cache, f.logits)
+        groups = (torch.arange(f.hi, device=self.x.device) // B).clamp(max=f.groups_hi)
+        return RowInput(self.seq[:f.hi], 0, block_causal_mask(groups), None, f.logits)
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.resumed
+
+
+Loop = Generator["ForwardAsk | StepRecord", "WindowUpdate | None", None]  # yields asks and records, is sent updates
+
+
+def _fill_cache(run: Run, upto: int, phase: str, block: int) -> Loop:
+    """Compute strict block-causal keys/values of [cache.length, upto) and commit them."""
+    cache = run.cache
+    if cache is None or cache.length >= upto:
+        return
+    lo = cache.length
+    yield ForwardAsk(lo, upto, upto // run.cfg.block_length, logits=False)  # every block strict, no merged group
+    cache.commit(upto)
+    yield StepRecord(kind="cache", phase=phase, step=run.decode_forwards, block=block, block_step=0,
+                     window=(lo, upto), active=(lo, upto), seconds=run.seconds())
+
+
+def _step(run: Run, block: int, lo: int, block_step: int, d: WindowUpdate) -> StepRecord:
+    """Apply the rule's decision `d` on window [lo, end of `block`) (`llada.decide`) to run.x; its record."""
+    B = run.cfg.block_length
+    a0, hi = block * B, (block + 1) * B
+    if not all(map(math.isfinite, d.conf)):
+        raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
+                              f"(block {block}): its weights are broken or overflow in this dtype")
+    with torch.inference_mode():
+        run.seq[lo:hi] = d.tokens
+    run.decode_forwards += 1
+    old, new, conf = d.old, d.new, d.conf
+    had_masks = run.mask_id in old[a0 - lo:]
+
+    def changes(chosen: list[bool]) -> list[Change]:
+        return [Change(lo + i, new[i], old[i], conf[i]) for i, yes in enumerate(chosen) if yes]
+
+    return StepRecord(kind="decode", phase="draft" if had_masks else "verify", step=run.decode_forwards,
+                      block=block, block_step=block_step, window=(lo, hi), active=(a0, hi),
+                      drafts=changes(d.drafted), edits=changes(d.edited), mbe_edits=changes(d.mbe_edited),
+                      guesses=new, confidence=conf, seconds=run.seconds())
+
+
+def _decode_block(run: Run, block: int) -> Loop:
+    """The official per-block loop; asks for each forward and yields its record."""
+    cfg, B = run.cfg, run.cfg.block_length
+    # 1. The window: the active block, after the MBE blocks still open to edits (MBE on).
+    lo = max(run.first, block - cfg.mbe_window) * B if cfg.mbe else block * B
+    # 2. The cache covers everything before the window (a prefill first, a refresh after MBE edits).
+    yield from _fill_cache(run, lo, "prefill" if run.decode_forwards == 0 else "refresh", block)
+    post, block_step, saw_final = 0, 0, False
+    masks = bool((run.seq[block * B:(block + 1) * B] == run.mask_id).any())  # then from each decision's list
+    while True:
+        # 3. Stop after max_post_steps forwards without masks.
+        if not masks:
+            post += 1
+        if post > cfg.max_post_steps:
+            break
+        block_step += 1
+        # 4. One forward over the window; the driver sends back the rule's update (drafts, edits, MBE edits).
+        update = yield ForwardAsk(lo, (block + 1) * B, lo // B)
+        # 5. Write the update into the sequence and record the step.
+        record = _step(run, block, lo, block_step, update)
+        masks = run.mask_id in update.after[block * B - lo:]
+        yield record
+        # 6. A step without masks that changes nothing: the block is final.
+        if record.phase == "verify" and not record.edits and not record.mbe_edits:
+            saw_final = True
+            break
+    # 7. Without MBE the last forward saw the final tokens: its keys/values go into the cache as they are.
+    if run.cache is not None and saw_final and not cfg.mbe:
+        run.cache.commit((block + 1) * B)
+
+
+def _eos_stop(run: Run, block: int) -> bool:
+    if not run.cfg.eos_early_stop:
+        return False
+    gen = run.seq[run.P:(block + 1) * run.cfg.block_length].tolist()
+    return run.mask_id not in gen and run.eos_id in gen
+
+
+def loop(run: Run) -> Loop:
+    """The decode loop of one row: yields a `ForwardAsk` (answered with the rule's `WindowUpdate` on its logits,
+    None for a cache forward) or a `StepRecord`."""
+    for block in range(run.first, run.n_blocks):
+        yield from _decode_block(run, block)
+        if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
+            break
+
+
+def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:
+    """The forward path a run takes (see the module docstring); ValueError when it cannot."""
+    if forward not in FORWARD_PATHS:
+        raise ValueError(f"forward must be one of {', '.join(FORWARD_PATHS)}; got {forward!r}")
+    if forward == "auto":
+        return "graph" if cfg.use_cache and model.device.type == "cuda" and graph_ready(model) else "dynamic"
+    if forward != "dynamic" and not cfg.use_cache:
+        raise ValueError(f"forward={forward!r} needs the KV cache (use_cache=True)")
+    if forward == "graph" and model.device.type != "cuda":
+        raise ValueError(f"forward='graph' needs a CUDA model; this one is on {model.device}")
+    return forward

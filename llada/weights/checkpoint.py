@@ -1,0 +1,338 @@
+"""Read and write Hugging Face `llada2_moe` model directories, without `trust_remote_code`, lean on memory.
+
+A directory holds `config.json` and either `model.safetensors` or shards listed in
+`model.safetensors.index.json`. Per-expert tensors `mlp.experts.E.{gate,up,down}_proj.weight` become
+the runtime layout `w13 (E, 2I, H)` (gate rows, then up rows) / `w2 (E, H, I)`.
+
+Loading (`load_model`) never holds a second copy of the weights:
+
+1. config.json is validated and the weights' size is estimated from it: a model that cannot fit is
+   refused before anything is allocated (`llada.weights.memory`);
+2. the model is built on the `meta` device and every shard's header is checked against it (names,
+   shapes, dtypes), so a broken checkpoint is refused before any memory is spent;
+3. the model is materialised once, in the target dtype on the target device, and each shard is read
+   tensor by tensor straight into its place (`llada.weights.shards`): an expert's matrices land in their slice
+   of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
+   bf16: each expert is quantized (128x128 tiles, `llada.fast.kernels.quantize_weight_fp8`) as it is read.
+   A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts and
+   their scales already: they are read straight into the FP8 buffers, nothing is quantized.
+
+Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
+naming the file and the tensor or key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from . import fp8_format, memory
+from ..config import ConfigError, ModelConfig, read_json
+from ..model import Experts, LLaDA2MoE
+from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
+
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+SKIPPED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed from the config here
+QUANTIZE = ("fp8", "fp8-dense")
+
+
+class CheckpointError(RuntimeError):
+    """A model directory that cannot be loaded; the message names the file and the key."""
+
+
+class Slot(NamedTuple):
+    """Where a Hugging Face tensor goes: a runtime tensor, an expert in it, and a row range of that."""
+
+    key: str  # runtime state-dict key, e.g. "layers.3.mlp.experts.w13"
+    expert: int | None  # index into the stacked experts
+    rows: tuple[int, int] | None  # gate rows [0, I) or up rows [I, 2I) of w13[expert]
+    shape: tuple[int, ...]  # the shape the checkpoint's tensor must have
+
+
+def read_config(root: Path) -> tuple[ModelConfig, dict]:
+    """The validated config and the raw config.json of a model directory."""
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: model directory not found")
+    try:
+        raw = read_json(root / "config.json")
+        return ModelConfig.from_dict(raw, source=str(root / "config.json")), raw
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def shard_files(root: Path) -> list[Path]:
+    if (root / INDEX).exists():
+        try:
+            weight_map = json.loads((root / INDEX).read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{root / INDEX}: not a valid safetensors index ({err!r})") from None
+        files = [root / str(name) for name in names]
+    elif (root / SINGLE).exists():
+        files = [root / SINGLE]
+    else:
+        raise CheckpointError(f"{root}: no {SINGLE} or {INDEX} found")
+    for f in files:
+        if not f.is_file():
+            raise CheckpointError(f"{f}: shard listed in {INDEX} is missing")
+    return files
+
+
+def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
+    """Every tensor the checkpoint must hold, by Hugging Face name (works on a meta model)."""
+    out = {}
+    for key, t in model.state_dict().items():
+        m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
+        if not m or t.dtype == fp8_format.FP8:  # FP8 experts are stored stacked, as they run
+            out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
+            continue
+        E, N, K = t.shape
+        for e in range(E):
+            prefix = f"model.{m[1]}.{e}"
+            if m[2] == "w2":
+                out[f"{prefix}.down_proj.weight"] = Slot(key, e, None, (N, K))
+            else:
+                out[f"{prefix}.gate_proj.weight"] = Slot(key, e, (0, N // 2), (N // 2, K))
+                out[f"{prefix}.up_proj.weight"] = Slot(key, e, (N // 2, N), (N // 2, K))
+    if model.config.tie_word_embeddings:
+        del out["lm_head.weight"]  # the output layer shares the embeddings
+    return out
+
+
+def hf_name(key: str) -> str:
+    return key if key.startswith("lm_head") else f"model.{key}"
+
+
+def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
+    """Match every tensor of every shard to its slot; CheckpointError for anything missing or wrong."""
+    expected, found = expected_tensors(model), {}
+    for f in shard_files(root):
+        try:
+            entries = read_header(f)
+        except ShardError as err:
+            raise CheckpointError(str(err)) from None
+        for name, entry in entries.items():
+            if name in found:
+                raise CheckpointError(f"{f}: tensor {name} is also in {found[name].file.name}")
+            found[name] = entry
+    missing = sorted(expected.keys() - found.keys())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise CheckpointError(f"{root}: missing tensor {missing[0]}{more} (needed by config.json; no shard holds "
+                              f"it{_bias_hint(missing[0], root)})")
+    out = []
+    for name, entry in sorted(found.items(), key=lambda kv: (kv[1].file, kv[1].begin)):
+        slot = expected.get(name)
+        if slot is None:
+            _unexpected(entry, model.config)
+            continue
+        if entry.shape != slot.shape:
+            raise CheckpointError(f"{entry.file}: tensor {name} has shape {entry.shape}, the config needs {slot.shape}")
+        out.append((entry, slot))
+    return out
+
+
+def _bias_hint(name: str, root: Path) -> str:
+    if not name.endswith(".bias"):
+        return ""
+    key = "use_qkv_bias" if "query_key_value" in name else "use_bias"
+    raw = read_json(root / "config.json")
+    return f"; config.json sets {key} true" if key in raw else f"; config.json omits {key}, whose default is true"
+
+
+def _unexpected(entry: Entry, cfg: ModelConfig) -> None:
+    name = entry.name
+    if name.endswith(SKIPPED) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+        return  # a known non-weight tensor, or an lm_head that tied embeddings replace
+    hint = ""
+    if name.endswith("attention.dense.bias"):
+        hint = "; config.json has use_bias false (or the key is absent and the checkpoint needs it true)"
+    elif name.endswith("query_key_value.bias"):
+        hint = "; config.json has use_qkv_bias false"
+    elif name.endswith("gate.expert_bias"):
+        hint = "; config.json has moe_router_enable_expert_bias false"
+    elif ".experts." in name:
+        hint = f"; num_experts is {cfg.num_experts} and MoE layers start at first_k_dense_replace={cfg.first_k_dense_replace}"
+    raise CheckpointError(f"{entry.file}: unexpected tensor {name} (not part of this config{hint})")
+
+
+def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
+               quantize: str | None = None, progress: bool = False) -> LLaDA2MoE:
+    """The model of a Hugging Face directory, loaded shard by shard into `dtype` on `device`.
+
+    dtype None: the checkpoint's dtype on CUDA, fp32 on the CPU for small models (`memory.default_dtype`).
+    quantize: None, "fp8" (routed experts quantized while loading) or "fp8-dense" (also the dense linears)."""
+    root, device = Path(path), torch.device(device)
+    if quantize not in (None, *QUANTIZE):
+        raise ValueError(f"unknown quantization {quantize!r}; choose fp8 or fp8-dense")
+    cfg, raw = read_config(root)
+    stored = _stored_fp8(root, raw, device)
+    quantize = quantize or ("fp8" if stored else None)
+    dtype = dtype or memory.default_dtype(cfg, device)
+    why = memory.does_not_fit(cfg, dtype, device, quantize)
+    if why:
+        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
+    with torch.device("meta"):
+        model = LLaDA2MoE(cfg).to(dtype)
+    if stored:  # the fp8 experts and their scales are tensors of the files, read as they are
+        _fp8_experts(model)
+        slots = _checked_fp8(plan(root, model))
+    slots = slots if stored else plan(root, model)  # bf16 experts in the files, quantized as they arrive
+    sinks = {} if stored or not quantize else {key: _FP8Sink(e, dtype) for key, e in _fp8_experts(model).items()}
+    _materialize(model, device)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.word_embeddings.weight
+    with torch.no_grad():
+        _fill(model, slots, sinks, device, progress)
+    if quantize == "fp8-dense":
+        from ..fast.quantize import quantize_model_fp8  # the experts are fp8 already; this swaps the dense linears
+
+        quantize_model_fp8(model, dense=True)
+    return model.eval().requires_grad_(False)
+
+
+def _materialize(model: LLaDA2MoE, device: torch.device) -> None:
+    """Allocate every meta parameter and buffer on `device`, uninitialised: the shards fill them.
+
+    (Module.to_empty does the same through empty_like, which pulls in sympy: ~1 s and ~35 MB.)"""
+    for module in model.modules():
+        for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if t.is_meta:
+                new = torch.empty(t.shape, dtype=t.dtype, device=device)
+                setattr(module, name, nn.Parameter(new, requires_grad=False) if isinstance(t, nn.Parameter) else new)
+
+
+def _fill(model: LLaDA2MoE, slots: list[tuple[Entry, Slot]], sinks: dict, device, progress: bool) -> None:
+    state, staging, by_file = model.state_dict(), staging_buffer(device), {}
+    for entry, slot in slots:
+        by_file.setdefault(entry.file, []).append((entry, slot))
+    for f in _progress(list(by_file), progress):
+        with ShardReader(f, staging) as reader:
+            for entry, slot in by_file[f]:
+                if slot.key in sinks:
+                    sinks[slot.key].put(reader, entry, slot)
+                else:
+                    reader.copy_into(entry, _destination(state[slot.key], slot))
+
+
+def _destination(t: torch.Tensor, slot: Slot) -> torch.Tensor:
+    t = t if slot.expert is None else t[slot.expert]
+    return t if slot.rows is None else t[slot.rows[0]:slot.rows[1]]  # contiguous: leading-dim slices
+
+
+def _progress(files: list[Path], enabled: bool):
+    if not enabled:
+        return files
+    from tqdm import tqdm
+
+    return tqdm(files, desc="loading shards", unit="shard", disable=None)
+
+
+class _FP8Sink:
+    """Quantizes one MoE layer's experts as their tensors arrive (gate and up together, per expert)."""
+
+    def __init__(self, experts, dtype: torch.dtype):
+        self.experts, self.dtype, self.pending = experts, dtype, {}
+
+    def put(self, reader: ShardReader, entry: Entry, slot: Slot) -> None:
+        from ..fast.kernels import quantize_weight_fp8
+
+        w = torch.empty(slot.shape, dtype=self.dtype, device=self.experts.w13.device)  # (I, H) or (H, I)
+        reader.copy_into(entry, w)
+        e = slot.expert
+        if slot.rows is None:  # down_proj -> w2[e]
+            q, s = quantize_weight_fp8(w)
+            self.experts.w2[e].copy_(q)
+            self.experts.w2_scale[e].copy_(s)
+            return
+        halves = self.pending.setdefault(e, {})
+        halves[slot.rows[0]] = w
+        if len(halves) == 2:  # gate and up read: quantize the (2I, H) matrix exactly as a stacked w13 would be
+            q, s = quantize_weight_fp8(torch.cat([halves[k] for k in sorted(halves)]))
+            self.experts.w13[e].copy_(q)
+            self.experts.w13_scale[e].copy_(s)
+            del self.pending[e]
+
+
+def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
+    """Swap every (meta) Experts for an FP8Experts of empty fp8 buffers; they by runtime key (w13 and w2)."""
+    from ..fast.quantize import FP8Experts
+
+    out = {}
+    for i, layer in enumerate(model.layers):
+        experts = getattr(layer.mlp, "experts", None)
+        if not isinstance(experts, Experts):
+            continue
+        E, I2, H = experts.w13.shape
+        t = lambda *shape, dtype=torch.float8_e4m3fn: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+        tiles = lambda n: -(-n // memory.FP8_TILE)  # noqa: E731
+        layer.mlp.experts = FP8Experts.from_quantized(
+            t(E, I2, H), t(E, tiles(I2), tiles(H), dtype=torch.float32),
+            t(E, H, I2 // 2), t(E, tiles(H), tiles(I2 // 2), dtype=torch.float32))
+        out[f"layers.{i}.mlp.experts.w13"] = out[f"layers.{i}.mlp.experts.w2"] = layer.mlp.experts
+    return out
+
+
+def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
+    try:
+        fp8_format.check_entries(slots)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    return slots
+
+
+def _stored_fp8(root: Path, raw: dict, device: torch.device) -> bool:
+    """True for an FP8 directory (`llada.weights.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
+    try:
+        stored = fp8_format.stored_fp8(raw, str(root / "config.json"))
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    why = fp8_format.fp8_refusal(device) if stored else None
+    if why:
+        raise CheckpointError(f"{root}: refused before loading: {why}")
+    return stored
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
+def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
+    """The model's weights under Hugging Face names, experts unstacked (tied lm_head left out)."""
+    out = {}
+    for key, t in model.state_dict().items():
+        m = re.match(r"^layers\.(\d+)\.mlp\.experts\.(w13|w2)$", key)
+        if key == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue
+        if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
+            raise CheckpointError("an fp8-quantized model cannot be saved here: save the model before quantizing it, "
+                                  "then write its FP8 checkpoint with python -m llada.weights.fp8_checkpoint SRC DST")
+        if not m:
+            out[hf_name(key)] = t.detach().contiguous()
+            continue
+        prefix = f"model.layers.{m[1]}.mlp.experts"
+        for e in range(t.shape[0]):
+            if m[2] == "w13":
+                gate, up = t[e].chunk(2, dim=0)
+                out[f"{prefix}.{e}.gate_proj.weight"] = gate.contiguous()
+                out[f"{prefix}.{e}.up_proj.weight"] = up.contiguous()
+            else:
+                out[f"{prefix}.{e}.down_proj.weight"] = t[e].contiguous()
+    return out
+
+
+def save_model(model: LLaDA2MoE, path: str | Path, extra_config: dict | None = None) -> Path:
+    """Write config.json (every key the reference code reads) + model.safetensors in the HF layout."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    dtype = str(model.dtype).removeprefix("torch.")
+    config = model.config.to_dict() | {"dtype": dtype, "torch_dtype": dtype, "pad_token_id": None}
+    config |= extra_config or {}
+    (root / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(hf_state_dict(model), str(root / SINGLE), metadata={"format": "pt"})
+    return root

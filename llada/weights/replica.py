@@ -1,0 +1,212 @@
+"""A LLaDA2.1-mini replica in the real Hugging Face format, random weights, any size.
+
+    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--shard-mb N] [--seed S]
+
+writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is full size, ~32 GB):
+
+* config.json — the published keys (model_type llada2_moe, the `auto_map` to remote code, use_bias
+  false, norm_head false, norm_topk_prob true, score_function sigmoid, router_dtype fp32, rope_theta
+  600000, partial_rotary_factor 0.5, pad_token_id 156892, dtype bfloat16, ...), the sizes of the shape;
+  generation_config.json with the EOS / pad ids;
+* model-0000k-of-0000n.safetensors + model.safetensors.index.json — bf16, sharded at `--shard-mb`,
+  per-expert tensor names (`model.layers.N.mlp.experts.E.gate_proj.weight`, ...), written tensor by
+  tensor so memory stays at one shard;
+* tokenizer.json + tokenizer_config.json — a byte-level BPE padded to the real id range, with the
+  special tokens after it (`<|endoftext|>` = 156892 = EOS, `<|mask|>` = 156895 = mask, the ids the
+  model card documents; `<|startoftext|>`, `[CLS]`, `[gMASK]`, `<role>`, `</role>`, `<|role_end|>`
+  beside them) and a chat template in the Ling format
+  (`<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>...<|role_end|><role>ASSISTANT</role>`).
+
+Weights: N(0, 0.02), output projections N(0, 0.02 / sqrt(2 * layers)), norms 1, expert bias N(0, 1e-3):
+a random model whose logits are finite in bf16, for tests and benchmarks, never for text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from .checkpoint import INDEX
+from ..config import ModelConfig
+
+VOCAB = 157184
+SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mask|>", "<role>", "</role>",
+                  "<|role_end|>")
+FIRST_SPECIAL = 156891  # so that <|endoftext|> = 156892 and <|mask|> = 156895
+EOS_ID, MASK_ID = 156892, 156895
+CHAT_TEMPLATE = (
+    "<role>SYSTEM</role>{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n{% endif %}"
+    "detailed thinking off<|role_end|>"
+    "{% for m in messages if m['role'] != 'system' %}"
+    "<role>{{ 'HUMAN' if m['role'] == 'user' else 'ASSISTANT' }}</role>{{ m['content'] }}<|role_end|>"
+    "{% endfor %}{% if add_generation_prompt %}<role>ASSISTANT</role>{% endif %}")
+
+SHAPES = {  # sizes only; everything else is the published config
+    "mini": dict(hidden_size=2048, num_hidden_layers=20, num_attention_heads=16, num_key_value_heads=4,
+                 head_dim=128, intermediate_size=5120, moe_intermediate_size=512, num_experts=256,
+                 num_experts_per_tok=8, n_group=8, topk_group=4),
+    "load": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,  # ~2.2 GB
+                 head_dim=128, intermediate_size=2816, moe_intermediate_size=512, num_experts=64,
+                 num_experts_per_tok=8, n_group=8, topk_group=4),
+    "tiny": dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 intermediate_size=64, moe_intermediate_size=16, num_experts=16, num_experts_per_tok=4,
+                 n_group=8, topk_group=4),
+}
+PUBLISHED = {
+    "architectures": ["LLaDA2MoeModelLM"],
+    "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+                 "AutoModel": "modeling_llada2_moe.LLaDA2MoeModel",
+                 "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"},
+    "model_type": "llada2_moe", "dtype": "bfloat16", "vocab_size": VOCAB, "max_position_embeddings": 32768,
+    "first_k_dense_replace": 1, "num_shared_experts": 1, "partial_rotary_factor": 0.5, "rope_theta": 600000,
+    "rope_scaling": None, "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+    "use_qk_norm": True, "use_qkv_bias": False, "use_bias": False, "norm_head": False, "norm_topk_prob": True,
+    "score_function": "sigmoid", "moe_router_enable_expert_bias": True, "router_dtype": "fp32",
+    "tie_word_embeddings": False, "embedding_dropout": 0.0, "attention_dropout": 0.0, "output_dropout": 0.0,
+    "initializer_range": 0.02, "output_router_logits": False, "use_cache": True, "pad_token_id": EOS_ID,
+}
+TOKENIZER_TEXT = (
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+    "The quick brown fox jumps over the lazy dog. Write a function that adds two numbers.\n"
+    "for i in range(10):\n    print(i * i)\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n")
+
+
+def replica_config(shape: str = "tiny", **overrides) -> dict:
+    """The config.json of a replica: the published keys with the sizes of `shape` (and any overrides)."""
+    return PUBLISHED | SHAPES[shape] | overrides
+
+
+def tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """Every tensor of the real format, in the order the published shards list them."""
+    H, D, L = cfg.hidden_size, cfg.head_dim, cfg.num_hidden_layers
+    qkv, I, Im = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D, cfg.intermediate_size, cfg.moe_intermediate_size
+    out = [("model.word_embeddings.weight", (cfg.vocab_size, H))]
+    for n in range(L):
+        p = f"model.layers.{n}"
+        out += [(f"{p}.input_layernorm.weight", (H,)), (f"{p}.attention.query_key_value.weight", (qkv, H)),
+                (f"{p}.attention.query_layernorm.weight", (D,)), (f"{p}.attention.key_layernorm.weight", (D,)),
+                (f"{p}.attention.dense.weight", (H, cfg.num_attention_heads * D)),
+                (f"{p}.post_attention_layernorm.weight", (H,))]
+        if not cfg.is_moe_layer(n):
+            out += [(f"{p}.mlp.gate_proj.weight", (I, H)), (f"{p}.mlp.up_proj.weight", (I, H)),
+                    (f"{p}.mlp.down_proj.weight", (H, I))]
+            continue
+        out += [(f"{p}.mlp.gate.weight", (cfg.num_experts, H)), (f"{p}.mlp.gate.expert_bias", (cfg.num_experts,))]
+        for e in range(cfg.num_experts):
+            out += [(f"{p}.mlp.experts.{e}.gate_proj.weight", (Im, H)), (f"{p}.mlp.experts.{e}.up_proj.weight", (Im, H)),
+                    (f"{p}.mlp.experts.{e}.down_proj.weight", (H, Im))]
+        S = Im * cfg.num_shared_experts
+        out += [(f"{p}.mlp.shared_experts.gate_proj.weight", (S, H)), (f"{p}.mlp.shared_experts.up_proj.weight", (S, H)),
+                (f"{p}.mlp.shared_experts.down_proj.weight", (H, S))]
+    return out + [("model.norm.weight", (H,)), ("lm_head.weight", (cfg.vocab_size, H))]
+
+
+def random_tensor(name: str, shape: tuple[int, ...], layers: int, gen: torch.Generator, device) -> torch.Tensor:
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, dtype=torch.bfloat16)
+    std = 1e-3 if name.endswith("expert_bias") else 0.02
+    if name.endswith(("dense.weight", "down_proj.weight")):
+        std /= math.sqrt(2 * layers)
+    t = torch.randn(shape, generator=gen, device=device) * std
+    return t.to(torch.bfloat16).cpu()
+
+
+def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 5 << 30, device: str = "cpu",
+                  progress: bool = False) -> list[Path]:
+    """Sharded bf16 safetensors and their index; one shard in memory at a time."""
+    shapes = tensor_shapes(cfg)
+    shards, size = [[]], 0
+    for name, shape in shapes:
+        nbytes = math.prod(shape) * 2
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += nbytes
+    files = [out / f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weight_map = {}
+    for f, shard in zip(files, _progress(shards, progress, "writing shards")):
+        tensors = {name: random_tensor(name, shape, cfg.num_hidden_layers, gen, device) for name, shape in shard}
+        save_file(tensors, str(f), metadata={"format": "pt"})
+        weight_map |= {name: f.name for name in tensors}
+        del tensors
+    total = sum(math.prod(s) * 2 for _, s in shapes)
+    (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+    return files
+
+
+def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
+    """A byte-level BPE whose ids run up to FIRST_SPECIAL, the special tokens after it, the chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    base = Tokenizer(models.BPE())
+    base.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    base.train_from_iterator([TOKENIZER_TEXT] * 4, trainer)
+    spec = json.loads(base.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab |= {f"<|reserved_{i}|>": i for i in range(len(vocab), FIRST_SPECIAL)}  # unreachable fillers
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    assert tok.token_to_id("<|endoftext|>") == EOS_ID and tok.token_to_id("<|mask|>") == MASK_ID
+    assert tok.get_vocab_size() <= vocab_size
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+    fast.save_pretrained(str(out))
+    config = json.loads((out / "tokenizer_config.json").read_text())  # the published layout (transformers 4):
+    config |= {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE}  # template inline
+    config.pop("backend", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_bytes: int | None = None,
+                  device: str = "cpu", progress: bool = False, **overrides) -> Path:
+    """Write a whole replica directory (config, generation config, shards + index, tokenizer)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = replica_config(shape, **overrides)
+    cfg = ModelConfig.from_dict(raw)
+    (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    generation = {"bos_token_id": FIRST_SPECIAL, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID}
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    total = sum(cfg.parameter_counts().values()) * 2
+    write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+    write_tokenizer(out, cfg.vocab_size)
+    return out
+
+
+def _progress(items, enabled: bool, desc: str):
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="shard", disable=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llada.weights.replica", description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="directory to write (created)")
+    parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
+    parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda is faster)")
+    args = parser.parse_args(argv)
+    shard = args.shard_mb << 20 if args.shard_mb else None
+    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True)
+    size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    print(f"wrote {out} ({size / 2**30:.2f} GiB of weights)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
