@@ -1,5 +1,5 @@
-"""FP8 checkpoints (`python -m llada.weights.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for bit what
-quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
+"""FP8 checkpoints (`python -m llada.weights.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for
+bit what quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
 
 import json
 import subprocess

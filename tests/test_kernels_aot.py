@@ -30,8 +30,8 @@ def report() -> list[dict]:
     if not kernels.triton_available():
         pytest.skip("triton is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "llada.fast.kernels.aot", "--json", "-"], capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=1800)
+    run = subprocess.run([sys.executable, "-m", "llada.fast.kernels.aot", "--json", "-"], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
 

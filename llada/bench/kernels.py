@@ -265,7 +265,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
     parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
     parser.add_argument("--tune-limit", type=int, default=None, help="only the first N candidates (smoke runs)")
-    parser.add_argument("--tune-out", default=None, help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
+    parser.add_argument("--tune-out", default=None,
+                        help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/kernels-<device>.json)")
     return parser.parse_args(argv)
