@@ -83,7 +83,6 @@ def test_a_broken_stack_starts_nothing(tmp_path, monkeypatch):
     assert [p["status"] for p in rest] == ["skipped"] * 5 and rest[0]["error"] == "the preflight failed"
 
 
-@pytest.mark.slow
 def test_dry_run_brings_back_few_small_files_within_budget(tmp_path):
     budget = 120
     start = time.monotonic()
