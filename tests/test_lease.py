@@ -11,8 +11,6 @@ import tarfile
 import time
 from pathlib import Path
 
-import pytest
-
 from llada.bench import lease
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -78,8 +78,9 @@ class FusedSwiGLU(SwiGLU):
         kept = getattr(self, "_kept", None)
         if kept is not None and kept[0] != stamp:
             both = kept[1]
-            if both.shape == (g.weight.shape[0] + u.weight.shape[0], *g.weight.shape[1:]) and \
-                    both.dtype == g.weight.dtype == u.weight.dtype and both.device == g.weight.device == u.weight.device:
+            same_shape = both.shape == (g.weight.shape[0] + u.weight.shape[0], *g.weight.shape[1:])
+            if same_shape and both.dtype == g.weight.dtype == u.weight.dtype \
+                    and both.device == g.weight.device == u.weight.device:
                 with torch.inference_mode():  # an inference tensor may only be written there
                     torch.cat([g.weight.detach(), u.weight.detach()], out=both)
                 kept = self._kept = (stamp, both)
