@@ -14,7 +14,7 @@ hide it) or a huge finite value (which NaN-dropping max reductions would otherwi
 and for index tensors an id far out of range. The kernels run under Triton's interpreter on CPU
 (compiled on a GPU) at tiny odd shapes with partial 128-tiles, and their outputs must match the
 PyTorch reference computed on clean, contiguous tensors. A missing mask or a wrong stride turns the
-output non-finite or wrong here (README, "Poison tests": a planted missing mask is caught).
+output non-finite or wrong here (docs/gpu.md, "Tests that catch GPU-only faults on a CPU": a planted missing mask is caught).
 """
 
 import numpy as np
