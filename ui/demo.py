@@ -13,7 +13,7 @@ import os
 
 import gradio as gr
 
-from . import ASSETS
+from . import ASSETS, export
 from .frame import exact_inputs, quiet_refusals
 from .explorer import view as explorer
 from .learn import lessons, view as learn
@@ -27,6 +27,8 @@ from .sessions import drop_session, keep_replacements_in_place
 SESSIONS = int(os.environ.get("LLADA_SESSIONS", "256"))
 LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft", "max_file_size": "16kb",
         "state_session_capacity": SESSIONS}
+# every first number of seconds, Gradio deletes the files it copied for download (exports) older than the second
+CACHE_SWEEP = (int(max(1, min(60, export.KEEP_S // 5))), int(max(1, export.KEEP_S)))
 STATE_TTL_S = 3600  # an open tab keeps its last run and comparison this long; a closed one drops them at once
 HEADER = ("## LLaDA2.1 playground\nWatch a block-diffusion language model **draft** masked tokens in parallel "
           "and **edit** its own text, step by step. New here? Click an example, or open **Learn**.")
@@ -44,7 +46,7 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     recordings = lessons.load_recordings() if recordings is None else recordings
     quiet_refusals()  # a request Gradio refuses is one line of the log, not a traceback
     keep_replacements_in_place()  # a session holds one component per output, however many runs it makes
-    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
+    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=CACHE_SWEEP) as demo:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown(HEADER, elem_id="header")
         _page_script()

@@ -7,13 +7,16 @@ token, or the arrow keys, show what it is; a phone has no hover) inlined. Its si
 the run, not with steps x positions: a 1,000-forward run stays a few megabytes.
 
 Exports are written into a folder of their own under the system's temporary directory; `ExportDir`
-deletes the folders of earlier exports once they are older than a few minutes (the app serves them from
-its own cache by then), so clicking Export never piles files up.
+deletes the folders of earlier exports once they are a minute old (Gradio has copied them into its cache
+at once, and serves that copy). Gradio's copies are deleted `KEEP_S` after they were made (ui/demo.py
+`CACHE_SWEEP`), so clicking Export never piles files up: the disk holds at most the last few minutes'
+exports, however busy the app.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -29,6 +32,8 @@ from .render import canvas
 from .render.tables import stats_line
 
 PREFIX = "llada-export-"
+KEEP_S = float(os.environ.get("LLADA_EXPORT_KEEP_S", "300"))  # how long an export's download link works
+ORIGINALS_KEEP_S = min(60.0, KEEP_S)  # the files Gradio copies from: needed only until it has (at once)
 
 
 def _script_json(value) -> str:
@@ -85,7 +90,7 @@ def write_exports(trace: Trace, folder: Path) -> list[Path]:
 class ExportDir:
     """Fresh folders for exports; folders older than `keep_s` are deleted whenever a new one is made."""
 
-    def __init__(self, root: Path | None = None, keep_s: float = 300.0):
+    def __init__(self, root: Path | None = None, keep_s: float = ORIGINALS_KEEP_S):
         self.root = Path(root or tempfile.gettempdir())
         self.keep_s = keep_s
         self._lock = threading.Lock()

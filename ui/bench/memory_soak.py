@@ -162,20 +162,31 @@ def _write(out: str | None, result: dict) -> None:
         print(f"wrote {out}", flush=True)
 
 
+def settled_growth(samples: list[soak.Sample], after_s: float = 300.0) -> float | None:
+    """How far RSS rose above its value at `after_s` seconds, at most, until the end (MiB); None if too short."""
+    late = [s.rss_mib for s in samples if s.seconds >= after_s]
+    return max(late) - late[0] if len(late) >= 2 else None
+
+
 def run_soak(args) -> int:
     samples = soak.soak(args.minutes, args.visitors, args.every, args.model, args.port, args.visits, args.sessions)
     v = soak.verdict(samples, args.warmup, args.tolerance)
-    last = samples[-1]
+    last, rise = samples[-1], settled_growth(samples)
     print(f"{last.visits} visits, {last.requests} requests, {last.errors} errors · after warm-up: {v.early_mib:.1f} "
           f"-> {v.late_mib:.1f} MiB ({100 * v.growth:+.2f}%, allowed {100 * args.tolerance:+.0f}%) · "
-          f"{'flat' if v.flat else 'GROWING'}", flush=True)
+          f"{'flat' if v.flat else 'GROWING'} · from minute 5: "
+          f"{'n/a' if rise is None else f'{rise:+.1f} MiB'} · temp folders at most "
+          f"{max(s.temp_mib for s in samples):.1f} MiB, {last.temp_mib:.1f} MiB at the end", flush=True)
     _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine(),
                       "minutes": args.minutes, "visitors": args.visitors, "warmup": args.warmup,
                       "tolerance": args.tolerance, "visits": last.visits, "requests": last.requests,
                       "errors": last.errors, "early_mib": round(v.early_mib, 1), "late_mib": round(v.late_mib, 1),
                       "growth_pct": round(100 * v.growth, 2), "flat": v.flat,
-                      "samples": [s._asdict() | {"rss_mib": round(s.rss_mib, 1), "seconds": round(s.seconds, 1)}
-                                  for s in samples]})
+                      "rss_rise_from_minute_5_mib": None if rise is None else round(rise, 1),
+                      "temp_max_mib": round(max(s.temp_mib for s in samples), 1),
+                      "temp_last_mib": round(last.temp_mib, 1),
+                      "samples": [s._asdict() | {"rss_mib": round(s.rss_mib, 1), "temp_mib": round(s.temp_mib, 2),
+                                                 "seconds": round(s.seconds, 1)} for s in samples]})
     return 0 if v.flat and last.errors == 0 else 1
 
 
