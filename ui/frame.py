@@ -1,7 +1,8 @@
 """What the events of every tab share: queue settings, frames, inputs by name, and how a problem is told.
 
-Queues: runs that use the model share the `decode` concurrency group: `DECODE_CONCURRENCY` of them decode
-at once, so a short run never waits for a long one to finish (each is bounded by `ui.runs.BUDGET`).
+Queues: runs that use the model share the `decode` concurrency group: `DECODE_CONCURRENCY` requests decode
+at once; while they are all busy, a new one waits in Gradio's queue (the page shows its place and the
+seconds waited) until one ends, which each does within its budget (`ui.runs.BUDGET`, 30 s of wall time).
 Replays re-render stored traces without the model and run beside them.
 
 Frames: a handler returns a NamedTuple with one field per output component (`frame` leaves every field

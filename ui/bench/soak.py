@@ -5,9 +5,10 @@ page does, each visit a new session (raw HTTP to Gradio's queue, the page's own 
 by their elem_ids): open the tab (its heartbeat), run a prompt, scrub the replay, export the trace, compare
 S and Q now and then, call /generate, then close the tab. The server's resident memory (RSS, from /proc) and
 the size of its temporary folders (exports and Gradio's copies of them: the child's TMPDIR and
-GRADIO_TEMP_DIR point into one scratch folder) are sampled every `--every` seconds. After the warm-up (the first `--warmup` share of the samples), memory is
-flat when the mean of the last third of the samples is within `--tolerance` of the mean of the first third
-after warm-up; the script prints every sample, the verdict, and exits 1 when memory grew.
+GRADIO_TEMP_DIR point into one scratch folder) are sampled every `--every` seconds. After the warm-up (the
+first `--warmup` share of the samples), memory is flat when the mean of the last third of the samples is
+within `--tolerance` of the mean of the first third after warm-up; the script prints every sample, the
+verdict, and exits 1 when memory grew.
 """
 
 from __future__ import annotations
