@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -152,7 +153,14 @@ def _compare_once(visitor: soak.Visitor) -> None:
 
 
 def _machine() -> dict:
-    return {"cpus": os.cpu_count(), "load": list(os.getloadavg()), "python": platform.python_version()}
+    """Where and on what the measurement ran: the commit, the CPUs, their load, Python."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=soak.ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"commit": commit, "cpus": os.cpu_count(), "load": list(os.getloadavg()),
+            "python": platform.python_version()}
 
 
 def _write(out: str | None, result: dict) -> None:
