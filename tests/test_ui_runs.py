@@ -243,3 +243,27 @@ def test_exports_served_by_the_app_do_not_pile_up(tiny_model_dir, tmp_path, monk
         assert visitor.errors == 0, visitor.last_error
     finally:
         app.close()
+
+
+def test_the_cache_sweep_survives_an_export_made_while_it_runs(tmp_path, monkeypatch):
+    """Gradio's sweep walked the live set of cached files: an export added during a sweep ended all sweeping."""
+    import time
+    from types import SimpleNamespace
+
+    from ui import export
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text("{}")
+    time.sleep(0.05)  # older than the age below (Gradio reads a file's ctime, which utime cannot set back)
+    files = {str(old)}
+    blocks = SimpleNamespace(blocks={}, temp_file_sets=[files])
+    remove = os.remove
+
+    def remove_while_exporting(path):  # another thread's export lands in the set mid-sweep
+        new.write_text("{}")
+        files.add(str(new))
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", remove_while_exporting)
+    export.sweep_cached(blocks, age=0.01)
+    assert not old.exists() and new.exists() and files == {str(new)}

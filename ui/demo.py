@@ -46,6 +46,7 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     recordings = lessons.load_recordings() if recordings is None else recordings
     quiet_refusals()  # a request Gradio refuses is one line of the log, not a traceback
     keep_replacements_in_place()  # a session holds one component per output, however many runs it makes
+    export.sweep_safely()  # Gradio's sweep of exported files goes on beside exports (ui/export.py)
     with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=CACHE_SWEEP) as demo:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown(HEADER, elem_id="header")
