@@ -66,9 +66,16 @@ def rope_table(owner: nn.Module, positions: torch.Tensor, size: int, rotary_dim:
     """cos, sin (T, R) of `positions` (T,) read from tables of positions [0, size) kept on `owner`.
 
     Elementwise ops give a position the same values in any tensor, so these are bit for bit
-    `rope_cos_sin(positions)`; a forward reads them with one gather instead of ~10 ops."""
+    `rope_cos_sin(positions)`; a forward reads them with one gather instead of ~10 ops.
+
+    A table that a larger one replaces stays alive on `owner` (`_rope_retired`): CUDA graphs recorded
+    while it was the table (`llada.fast.graphs`, kept between runs) read its memory at every replay, and
+    freed memory is soon another tensor's. Tables grow at least twofold, so few are ever kept."""
     kept = getattr(owner, "_rope_table", None)
     if kept is None or kept.shape[0] < size or kept.device != positions.device:
+        if kept is not None:
+            owner.__dict__.setdefault("_rope_retired", []).append(kept)
+            size = max(size, 2 * kept.shape[0]) if kept.device == positions.device else size
         cos, sin = rope_cos_sin(torch.arange(size, device=positions.device), rotary_dim, theta)
         kept = owner._rope_table = torch.cat([cos, sin], dim=-1)  # (size, 2R): one row per position
     both = kept.index_select(0, positions)  # (T, 2R)

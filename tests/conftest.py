@@ -52,6 +52,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_soak.py": "a soak: visitors against a served app",
     "test_reliability.py": "the app under many and concurrent sessions",
     "test_zerogpu.py": "the Space's app started in a fresh process",
+    "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
 }
 GPU_REASON = "needs a CUDA GPU"
 

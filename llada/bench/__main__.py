@@ -1,6 +1,6 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
-NAME is one of decode, batch, split, stream, versus, kernels, forward, load, gpu-check, train.
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, gpu-check, lease, train.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "forward": "one LLaDA2.1-mini-shaped forward",
            "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
            "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
+           "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
            "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul"}
 
 

@@ -51,10 +51,13 @@ SHAPES = {
 
 
 def random_model(cfg: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LLaDA2MoE:
-    """Allocate on `device` directly (no CPU copy of 16B parameters) and fill with fresh weights."""
+    """Allocate on `device` directly, already in `dtype`, and fill with fresh weights.
+
+    The module is laid out on `meta` (no memory), cast there, then allocated once: the mini's 16B parameters
+    take 32 GB in bf16 and never pass through fp32 (64 GB) or the CPU."""
     with torch.device("meta"):
-        model = LLaDA2MoE(cfg)
-    model = model.to_empty(device=device).to(dtype).eval().requires_grad_(False)
+        model = LLaDA2MoE(cfg).to(dtype)
+    model = model.to_empty(device=device).eval().requires_grad_(False)
     return model.init_weights(seed=seed)
 
 

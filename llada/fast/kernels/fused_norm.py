@@ -66,13 +66,27 @@ class FusedSwiGLU(SwiGLU):
 
     def _gate_up(self) -> torch.Tensor | None:
         """The gate and up weights stacked (2I, H), made again when either changes; None unless both are
-        plain bias-free nn.Linear (a copy of the two: the FFN of a dense layer or a shared expert)."""
+        plain bias-free nn.Linear (a copy of the two: the FFN of a dense layer or a shared expert).
+
+        When the weights change, the copy is rewritten in place where it can be (same shape, dtype and
+        device): CUDA graphs recorded on it read that memory at every replay, and then read the new
+        weights from the next eager call on. A copy that must be replaced stays alive (`_retired`)."""
         g, u = self.gate_proj, self.up_proj
         if not (type(g) is nn.Linear and type(u) is nn.Linear and g.bias is None and u.bias is None):
             return None
         stamp = tuple((w._version, w.data_ptr(), w.dtype, w.device) for w in (g.weight, u.weight))
         kept = getattr(self, "_kept", None)
-        if kept is None or kept[0] != stamp:
+        if kept is not None and kept[0] != stamp:
+            both = kept[1]
+            if both.shape == (g.weight.shape[0] + u.weight.shape[0], *g.weight.shape[1:]) and \
+                    both.dtype == g.weight.dtype == u.weight.dtype and both.device == g.weight.device == u.weight.device:
+                with torch.inference_mode():  # an inference tensor may only be written there
+                    torch.cat([g.weight.detach(), u.weight.detach()], out=both)
+                kept = self._kept = (stamp, both)
+            else:
+                self.__dict__.setdefault("_retired", []).append(both)
+                kept = None
+        if kept is None:
             kept = self._kept = (stamp, torch.cat([g.weight.detach(), u.weight.detach()]))
         return kept[1]
 

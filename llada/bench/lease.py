@@ -1,0 +1,320 @@
+"""One command that spends a short GPU lease in full and brings everything back in a few files.
+
+    python -m llada.bench lease --budget SECONDS --out DIR [--plan engine] [--dry-run]
+
+A preflight first (`llada.bench.preflight`: versions, the GPU, one Triton kernel compiled and run; a
+broken stack fails there in seconds and nothing else is started). Then the plan's parts in order, each
+a subprocess capped by its own limit and by the time left (`deadline - now - PACK_S`): a part that
+overruns is killed with its process group and recorded as timed out, a part that fails is recorded
+with its exit status and the last lines of its output, a part that no longer fits is recorded as
+skipped; the next part runs in every case. The command never runs past --budget.
+
+DIR only ever holds at most four files, each under 16 MiB (what a lease brings back: 8 files of 16 MiB):
+
+    lease-summary.json   rewritten after every part: `parts` (what ran, how long, what it measured, what
+                         failed and why), `figures` (each measured number beside its target and the paper's)
+    lease.log            every part's output, appended as each part ends
+    lease-parts.tar.gz   the rest, written at the end: each part's JSON and log, the tuned table
+    tuned-<gpu>.json     the compact tune's table (`llada/fast/kernels/tuned/` format), when the tune ran
+
+The parts' own files live in a scratch folder until the end. `--dry-run` runs the same parts on the CPU
+with tiny shapes and the Triton kernels under TRITON_INTERPRET=1: what CI checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FILE_LIMIT = 16 << 20  # bytes: what one returned file may hold
+LOG_KEEP = 2 << 20  # bytes of each part's output kept in lease.log (head and tail)
+PACK_S = 10.0  # seconds kept back for packing
+SUMMARY, LOG, TAR = "lease-summary.json", "lease.log", "lease-parts.tar.gz"
+GPU_TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/test_kernels_routing.py",
+             "tests/test_kernels_launches.py", "tests/test_kernels_poison.py", "tests/test_kernels_configs.py",
+             "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_graphs.py",
+             "tests/test_graph_pool.py", "tests/test_quantize.py", "tests/test_engine_select.py",
+             "tests/test_lease_faults.py"]  # the ones whose kernels, graphs and pools only a GPU really runs
+DRY_TESTS = ["tests/test_lease_faults.py", "tests/test_kernels_configs.py"]
+TEST_GROUPS = 4  # parallel pytest processes where pytest-xdist is missing (16 cores; compiles are single-threaded)
+TUNE_CANDIDATES = 18  # the default tile height's 18 configurations (split-K, tile width, warps x stages)
+
+
+@dataclass
+class Part:
+    name: str
+    what: str
+    argvs: list[list[str]]  # one command, or several run side by side (the tests)
+    cap_s: float  # at most this long on a GPU
+    min_s: float = 10.0  # not started with less time left
+    out: str | None = None  # the JSON it writes, in the scratch folder
+    record: dict = field(default_factory=dict)
+
+
+def engine_parts(work: Path, dry_run: bool) -> list[Part]:
+    """The engine plan, most telling first: checks, the mini forward, the MoE layer, decode, tune, tests."""
+    py, dry = [sys.executable, "-m"], ["--dry-run"] if dry_run else []
+    step = lambda name: py + ["llada.bench.lease_engine", name, str(work / f"{name}.json")] + dry  # noqa: E731
+    tune = ["--impl", "triton", "--tune-limit", "1"] if dry_run else ["--tune-limit", str(TUNE_CANDIDATES)]
+    return [
+        Part("self-check", "the fast engine's MoE layer against the reference, M = 1 and 32, bf16 and FP8",
+             [step("self-check")], 120, out="self-check.json"),
+        Part("forward-bf16", "mini forward (32-token block over 1k cached): CUDA graph, eager, reference",
+             [step("forward-bf16")], 150, out="forward-bf16.json"),
+        Part("forward-fp8", "the same with FP8 routed experts", [step("forward-fp8")], 150, out="forward-fp8.json"),
+        Part("moe", "the FP8 MoE layer at M = 1, 8, 32: time and share of copy bandwidth",
+             [py + ["llada.bench", "kernels", "--tokens", "1", "8", "32", "--out", str(work / "moe.json")]], 120,
+             out="moe.json"),
+        Part("decode", "mini FP8 decoding 64 tokens: CUDA graphs against the dynamic forward", [step("decode")],
+             120, out="decode.json"),
+        Part("tune", "compact tune of the grouped GEMMs at M = 1 and 32",
+             [py + ["llada.bench", "kernels", "--tune", "--tokens", "1", "32", *tune, "--tune-out",
+                    str(work / "tuned.json"), "--out", str(work / "tune-bench.json")]], 180, out="tuned.json"),
+        Part("tests", "the kernel, graph and pool tests compiled on this GPU, in parallel",
+             test_commands(DRY_TESTS if dry_run else GPU_TESTS), 240, min_s=30),
+    ]
+
+
+def test_commands(files: list[str]) -> list[list[str]]:
+    """One pytest with `-n` where pytest-xdist is installed, else TEST_GROUPS pytests over shares of the files."""
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    if importlib.util.find_spec("xdist") is not None:
+        return [base + ["-n", str(min(2 * TEST_GROUPS, os.cpu_count() or 1)), *files]]
+    groups = [files[k::TEST_GROUPS] for k in range(min(TEST_GROUPS, len(files)))]
+    return [base + group for group in groups]
+
+
+PLANS = {"engine": engine_parts}
+
+
+class Lease:
+    """The deadline, the scratch folder and the summary, rewritten after every part."""
+
+    def __init__(self, args: argparse.Namespace, argv: list[str]):
+        self.start, self.budget = time.monotonic(), args.budget
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        for old in [self.out / n for n in (SUMMARY, LOG, TAR)] + list(self.out.glob("tuned-*.json")):
+            old.unlink(missing_ok=True)  # an earlier lease's files: DIR holds this one's alone
+        self.work = Path(tempfile.mkdtemp(prefix="lease-"))
+        self.env = os.environ | ({"TRITON_INTERPRET": "1"} if args.dry_run else {}) | {"PYTHONUNBUFFERED": "1"}
+        self.summary = {"command": "python -m llada.bench lease " + " ".join(argv), "commit": _commit(),
+                        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "budget_s": args.budget,
+                        "plan": args.plan, "dry_run": args.dry_run, "preflight": None, "parts": [], "figures": []}
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def say(self, line: str) -> None:
+        print(f"[lease {time.monotonic() - self.start:6.1f} s] {line}", file=sys.stderr, flush=True)
+        with open(self.out / LOG, "a") as log:
+            log.write(f"[lease {time.monotonic() - self.start:6.1f} s] {line}\n")
+
+    def write_summary(self) -> None:
+        self.summary["elapsed_s"] = round(time.monotonic() - self.start, 1)
+        tmp = self.out / (SUMMARY + ".tmp")
+        tmp.write_text(json.dumps(self.summary, indent=1, default=str) + "\n")
+        tmp.replace(self.out / SUMMARY)
+
+    def run(self, part: Part) -> dict:
+        """Run one part within min(its cap, the time left); its record (also kept in the summary)."""
+        record = {"name": part.name, "what": part.what, "cap_s": part.cap_s,
+                  "command": [" ".join(a[2:]) for a in part.argvs]}
+        self.summary["parts"].append(record)
+        room = min(part.cap_s, self.left() - PACK_S)
+        if room < part.min_s:
+            record |= {"status": "skipped", "seconds": 0.0,
+                       "error": f"{max(room, 0):.0f} s left before packing; the part needs at least {part.min_s:.0f}"}
+        else:
+            record |= self._spawn(part, room)
+            record |= _measured(self.work / part.out if part.out else None, record)
+        self.say(f"{part.name}: {record['status']} in {record['seconds']:.1f} s"
+                 + (f" ({record['error']})" if record.get("error") else ""))
+        self.write_summary()
+        return record
+
+    def _spawn(self, part: Part, room: float) -> dict:
+        logs = [self.work / f"{part.name}{'' if len(part.argvs) == 1 else f'-{k}'}.log" for k in range(len(part.argvs))]
+        self.say(f"{part.name}: start ({part.what}); {room:.0f} s at most")
+        begun = time.monotonic()
+        outputs = [open(log, "w") for log in logs]
+        try:
+            procs = [subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                     for argv, output in zip(part.argvs, outputs)]
+        except OSError as err:  # the interpreter or a folder is missing: nothing ran
+            return {"status": "failed", "seconds": 0.0, "returncode": None, "error": f"{type(err).__name__}: {err}"}
+        finally:
+            for output in outputs:
+                output.close()  # the children hold their own copies
+        codes, killed = [], False
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=max(room - (time.monotonic() - begun), 0.1)))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the part's own process group: it and its children
+                codes.append(proc.wait())
+                killed = True
+        seconds = round(time.monotonic() - begun, 1)
+        tails = [_append_log(self.out / LOG, log, part.name) for log in logs]
+        status = "timeout" if killed else "ok" if all(c == 0 for c in codes) else "failed"
+        record = {"status": status, "seconds": seconds, "returncode": codes if len(codes) > 1 else codes[0]}
+        if status == "timeout":
+            record["error"] = f"killed after {seconds:.0f} s (limit {room:.0f} s)"
+        elif status == "failed":
+            record["error"] = " | ".join(t for t, c in zip(tails, codes) if c != 0)[-1500:]
+        if len(procs) > 1 or "pytest" in part.argvs[0]:
+            record["tests"] = [t.splitlines()[-1] if t else "" for t in tails]
+        return record
+
+
+def _measured(path: Path | None, record: dict) -> dict:
+    """What a part's JSON says: its figures, or for the tune each token count's winner."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:  # cut off mid-write when the part was killed
+        return {"measured_error": f"{path.name} does not parse: {err}"}
+    if "figures" in data:
+        return {"measured": data["figures"]}
+    if "shapes" in data:  # the tuned table
+        return {"measured": [{"tokens": r["tokens"], "config": r["config"], "gemm_ms": r["gemm_ms"]}
+                             for rows in data["shapes"].values() for r in rows]}
+    return {"measured": [_moe_row(r, data.get("smoke", False)) for r in data.get("rows", [])]}
+
+
+def _moe_row(r: dict, smoke: bool) -> dict:
+    from .lease_engine import figure
+
+    share, judged = r.get("layer_share_of_copy"), r["tokens"] == 32 and not smoke  # a CPU's share means nothing
+    return figure(f"MoE layer M={r['tokens']}, share of copy bandwidth", f"{share:.0%} ({r['layer_ms']:.3f} ms)",
+                  ">= 70% at M = 32" if r["tokens"] == 32 else "-", "-", share >= 0.70 if judged else None)
+
+
+def _append_log(log: Path, part_log: Path, name: str) -> str:
+    """Append a part's output to the lease log (its head and tail when long); its last lines."""
+    text = part_log.read_text(errors="replace") if part_log.exists() else ""
+    if len(text) > LOG_KEEP:
+        cut = f"\n[... {len(text) - LOG_KEEP} characters left out ...]\n"
+        text = text[:LOG_KEEP // 4] + cut + text[-3 * LOG_KEEP // 4:]
+    with open(log, "a") as out:
+        out.write(f"\n===== {name}: {part_log.name} =====\n{text}\n")
+    return "\n".join(text.strip().splitlines()[-5:])[-600:]
+
+
+def _commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return done.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def preflight(lease: Lease, dry_run: bool) -> bool:
+    """Versions, the GPU, one Triton kernel: recorded in the summary; False stops the lease."""
+    part = Part("preflight", "versions, the GPU, one Triton kernel compiled and run",
+                [[sys.executable, "-m", "llada.bench.preflight", str(lease.work / "preflight.json")]
+                 + (["--dry-run"] if dry_run else [])], 90, min_s=5, out="preflight.json")
+    record = lease.run(part)
+    report = lease.work / "preflight.json"
+    lease.summary["preflight"] = json.loads(report.read_text()) if report.exists() else None
+    record.pop("measured", None)
+    lease.write_summary()
+    return record["status"] == "ok"
+
+
+def pack(lease: Lease) -> None:
+    """The scratch folder into DIR: the tuned table beside, the rest in one tar.gz under FILE_LIMIT."""
+    tuned = lease.work / "tuned.json"
+    gpu = (lease.summary.get("preflight") or {}).get("gpu") or "cpu"
+    files = []
+    if tuned.exists():
+        from ..fast.kernels.configs import device_slug
+
+        name = f"tuned-{device_slug(gpu)}.json"
+        shutil.copyfile(tuned, lease.out / name)
+        files.append(name)
+    members = sorted((p for p in lease.work.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    left_out = []
+    while True:
+        with tarfile.open(lease.out / TAR, "w:gz") as tar:
+            for p in members:
+                tar.add(p, arcname=p.name)
+        if (lease.out / TAR).stat().st_size <= FILE_LIMIT or not members:
+            break
+        left_out.append(members.pop().name)  # the largest first, until it fits
+    _cap_log(lease.out / LOG)
+    lease.summary["files"] = [{"name": n, "bytes": (lease.out / n).stat().st_size} for n in [*files, TAR, LOG]]
+    lease.summary["left_out_of_tar"] = left_out
+    shutil.rmtree(lease.work, ignore_errors=True)
+    lease.write_summary()
+
+
+def _cap_log(log: Path) -> None:
+    """Keep the lease log under FILE_LIMIT: its head and its tail."""
+    if log.exists() and log.stat().st_size > FILE_LIMIT:
+        data = log.read_bytes()
+        keep = FILE_LIMIT - 4096
+        log.write_bytes(data[:keep // 4] + b"\n[... left out ...]\n" + data[-(3 * keep // 4):])
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m llada.bench lease", description=__doc__.split("\n")[0])
+    parser.add_argument("--budget", type=float, required=True, help="seconds the whole command may take")
+    parser.add_argument("--out", required=True, help="folder for the (at most four) files that come back")
+    parser.add_argument("--plan", choices=list(PLANS), default="engine", help="which parts to run")
+    parser.add_argument("--dry-run", action="store_true", help="the same parts on the CPU with tiny shapes")
+    args = parser.parse_args(argv)
+    if args.budget < 2 * PACK_S:
+        parser.error(f"--budget must leave room for the parts: at least {2 * PACK_S:.0f} s")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    lease = Lease(args, argv)
+    lease.say(f"budget {args.budget:.0f} s, plan {args.plan}{', dry run on the CPU' if args.dry_run else ''}; "
+              f"scratch {lease.work}")
+    lease.write_summary()
+    parts = PLANS[args.plan](lease.work, args.dry_run)
+    if preflight(lease, args.dry_run):
+        for part in parts:
+            record = lease.run(part)
+            lease.summary["figures"] += [m for m in record.get("measured", []) if "figure" in m]
+    else:
+        lease.say("preflight failed: the stack is broken, no part is started")
+        for part in parts:
+            lease.summary["parts"].append({"name": part.name, "what": part.what, "status": "skipped",
+                                           "seconds": 0.0, "error": "the preflight failed"})
+    pack(lease)
+    ok = [p["status"] == "ok" for p in lease.summary["parts"]]
+    lease.say(f"{sum(ok)} of {len(ok)} parts ok in {lease.summary['elapsed_s']:.0f} s; wrote "
+              + ", ".join(f"{f['name']} ({f['bytes'] / 2**20:.2f} MiB)" for f in lease.summary["files"]))
+    _print_figures(lease.summary["figures"])
+    return 0 if all(ok) else 1
+
+
+def _print_figures(figures: list[dict]) -> None:
+    """The table a lease's reply ends with: each figure beside its target and the paper's."""
+    for f in figures:
+        mark = {True: "ok", False: "MISS", None: ""}[f.get("ok")]
+        print(f"{f['figure'][:58]:58s} {str(f['measured'])[:26]:26s} {str(f['target'])[:44]:44s} "
+              f"{str(f['paper'])[:30]:30s} {mark}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
