@@ -87,3 +87,46 @@ def test_queue_survives_refusals_and_compare_runs(client, tiny_model_dir):
         alone = pipe.generate(pipe.encode(PROMPT), pipe.config(mode, block_length=8, gen_length=8))
         assert (stats["text"], stats["forwards"], stats["tpf"], stats["edits"]) == (
             alone.text, alone.forwards, alone.tpf, alone.edits)
+
+
+def test_optional_inputs_have_their_defaults_and_a_call_by_name_runs(client):
+    named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    for name in ("/generate", "/compare"):
+        required = [p["parameter_name"] for p in named[name]["parameters"] if not p["parameter_has_default"]]
+        assert required in ([], ["prompt"]), (name, required)  # every documented optional input has a default
+    defaults = {p["parameter_name"]: p["parameter_default"] for p in named["/generate"]["parameters"]}
+    assert {k: defaults[k] for k in ("tau_mask", "tau_edit", "block_length", "model")} == {
+        "tau_mask": None, "tau_edit": None, "block_length": None, "model": ""}  # null: the mode's own value
+    client.predict(PROMPT, "S", None, None, False, None, 8, "", api_name="/generate")  # every input given
+    given = client.predict(api_name="/trace")["settings"]
+    text, stats = client.predict(prompt=PROMPT, gen_length=8, api_name="/generate")  # by name, the rest left out
+    assert stats["status"] == "done" and isinstance(text, str)
+    assert client.predict(api_name="/trace")["settings"] == given
+    out = client.predict(prompt=PROMPT, gen_length=8, api_name="/compare")
+    assert set(out) == {"S", "Q"}
+
+
+def _raw_call(url: str, name: str, data: list) -> tuple[str, str]:
+    """A plain HTTP call (`POST /gradio_api/call/NAME`): the last event's kind and its data, as sent."""
+    import httpx
+
+    base = f"{url.rstrip('/')}/gradio_api/call/{name}"
+    event = httpx.post(base, json={"data": data}, timeout=30).json()["event_id"]
+    kind = payload = ""
+    with httpx.stream("GET", f"{base}/{event}", timeout=120) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                payload = line[6:]
+    return kind, payload
+
+
+@pytest.mark.parametrize("name, data", [("generate", [PROMPT, "S"]), ("generate", [PROMPT, *GEN, "", "extra"]),
+                                        ("compare", [PROMPT, 8, 8, "", None]), ("compare", [])])
+def test_a_wrong_number_of_inputs_is_refused_with_their_names(client, name, data):
+    expected = {"generate": "prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model",
+                "compare": "prompt, block_length, gen_length, model"}[name]
+    kind, message = _raw_call(client.src, name, data)
+    assert kind == "error"
+    assert f"/{name} takes {len(expected.split(', '))} inputs, in this order: {expected}; got {len(data)}" in message

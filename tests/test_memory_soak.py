@@ -21,3 +21,12 @@ def test_a_visit_leaves_almost_nothing_behind(monkeypatch):
     assert r.errors == 0
     assert r.sessions_left <= ONE_SHOTS.keep + 1  # closed tabs: none; plain API calls: the newest few
     assert r.kib_per_visit <= memory_soak.RETAINED_KIB, r.top
+
+
+def test_a_run_in_an_open_tab_leaves_almost_nothing_behind():
+    # runs 20 to 60 of one tab: a session keeps its last run and one copy of the page, so the count stays flat
+    r = memory_soak.session_runs(runs=40, warmup=20, gen_length=8, frames=2)
+    print(f"\n{r.visits} runs in one tab: {r.kib_per_visit:+.2f} KiB retained per run; "
+          f"grew most: {[(s['kib'], s['where'][-1].strip()) for s in r.top[:3]]}")
+    assert r.errors == 0
+    assert r.kib_per_visit <= memory_soak.RUN_KIB, r.top

@@ -146,6 +146,31 @@ def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app,
     assert big_was_running
 
 
+def test_with_both_decode_slots_busy_a_request_waits_in_the_queue_and_is_told(app, monkeypatch):
+    from ui.frame import DECODE_CONCURRENCY
+
+    monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=1500, seconds=3600.0))  # long runs: 1 token a forward
+    longs = [gradio_client.Client(app, verbose=False).submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000,
+                                                             api_name="/generate") for _ in range(DECODE_CONCURRENCY)]
+    deadline = time.monotonic() + 300
+    while any(j.status().code.name not in ("ITERATING", "FINISHED") for j in longs) and time.monotonic() < deadline:
+        time.sleep(0.05)  # waits for: both long runs decoding (poll interval, 300 s bound)
+    short = gradio_client.Client(app, verbose=False).submit(*OK, api_name="/generate")
+    told = []  # what the waiting client heard while both long runs were still running
+    while not short.done() and time.monotonic() < deadline:
+        status, busy = short.status(), sum(not j.done() for j in longs)
+        if busy == DECODE_CONCURRENCY:
+            told.append((status.code.name, status.rank))
+        time.sleep(0.05)  # waits for: the short request (poll interval, 300 s bound)
+    _, stats = short.result(timeout=60)
+    for job in longs:
+        job.result(timeout=600)
+    print(f"\nwith {DECODE_CONCURRENCY} long runs decoding the short request heard: {sorted(set(told))}")
+    assert stats["status"] == "done"
+    assert ("IN_QUEUE", 0) in told  # held first in line while both slots were busy, and the client told so
+    assert all(code in ("STARTING", "JOINING_QUEUE", "IN_QUEUE") for code, _ in told)  # it never ran beside them
+
+
 def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=5000, seconds=60.0))
     base = app.rstrip("/") + "/gradio_api/call/generate"

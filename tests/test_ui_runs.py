@@ -208,3 +208,62 @@ def test_the_error_box_escapes_what_the_user_sent(models):
     assert "<img" not in shown.error
     failed = problem(RuntimeError(sent))  # a failure quoting user text is escaped too
     assert not failed.refused and "<img" not in failed.html and "&lt;img" in failed.html
+
+
+def test_exports_served_by_the_app_do_not_pile_up(tiny_model_dir, tmp_path, monkeypatch):
+    """Export twice in a live app whose exports are kept 2 s: Gradio's copies and the originals are deleted."""
+    import time
+    import uuid
+
+    from ui import demo as page_module
+    from ui.bench import soak
+    from ui.export import ExportDir
+    from ui.playground import replay
+    from ui_helpers import launch_app
+
+    monkeypatch.setattr(page_module, "CACHE_SWEEP", (1, 2))  # Gradio deletes its copies 2 s after making them
+    monkeypatch.setattr(replay, "EXPORTS", ExportDir(tmp_path, keep_s=1))
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    app, url = launch_app(tiny_model_dir)
+    try:
+        page, session = soak.Page(url.rstrip("/")), uuid.uuid4().hex
+        visitor = soak.Visitor(page, seed=0)
+        run, export = page.event("generate", "click"), page.event("export", "click")
+        visitor.call(session, run, page.data(run, prompt=PROMPT, gen_length=8))
+        served = [f["path"] for f in visitor.call(session, export, [None])["output"]["data"][0]]
+        first = {p.parent for p in tmp_path.glob("llada-export-*/*")}
+        assert len(served) == 2 and all(os.path.exists(p) for p in served) and len(first) == 1
+        time.sleep(1.5)
+        visitor.call(session, export, [None])  # a new export sweeps the earlier originals
+        assert not any(folder.exists() for folder in first)
+        deadline = time.monotonic() + 30  # the sweep runs every second: waited for, not assumed
+        while any(os.path.exists(p) for p in served) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(os.path.exists(p) for p in served), served
+        assert visitor.errors == 0, visitor.last_error
+    finally:
+        app.close()
+
+
+def test_the_cache_sweep_survives_an_export_made_while_it_runs(tmp_path, monkeypatch):
+    """Gradio's sweep walked the live set of cached files: an export added during a sweep ended all sweeping."""
+    import time
+    from types import SimpleNamespace
+
+    from ui import export
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text("{}")
+    time.sleep(0.05)  # older than the age below (Gradio reads a file's ctime, which utime cannot set back)
+    files = {str(old)}
+    blocks = SimpleNamespace(blocks={}, temp_file_sets=[files])
+    remove = os.remove
+
+    def remove_while_exporting(path):  # another thread's export lands in the set mid-sweep
+        new.write_text("{}")
+        files.add(str(new))
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", remove_while_exporting)
+    export.sweep_cached(blocks, age=0.01)
+    assert not old.exists() and new.exists() and files == {str(new)}

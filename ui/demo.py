@@ -13,13 +13,13 @@ import os
 
 import gradio as gr
 
-from . import ASSETS
-from .frame import quiet_refusals
+from . import ASSETS, export
+from .frame import exact_inputs, quiet_refusals
 from .explorer import view as explorer
 from .learn import lessons, view as learn
 from .models import Models
 from .playground import view as playground_view, wire as playground
-from .sessions import drop_session
+from .sessions import drop_session, keep_replacements_in_place
 
 # launch(**LOOK): Gradio 6 dresses the page at launch; the page has no upload component, so Gradio's upload route
 # takes nothing bigger than a few KB; Gradio keeps a copy of the page's values per session (about 0.25 MiB):
@@ -27,6 +27,8 @@ from .sessions import drop_session
 SESSIONS = int(os.environ.get("LLADA_SESSIONS", "256"))
 LOOK = {"css_paths": [ASSETS / "style.css"], "theme": "soft", "max_file_size": "16kb",
         "state_session_capacity": SESSIONS}
+# every first number of seconds, Gradio deletes the files it copied for download (exports) older than the second
+CACHE_SWEEP = (int(max(1, min(60, export.KEEP_S // 5))), int(max(1, export.KEEP_S)))
 STATE_TTL_S = 3600  # an open tab keeps its last run and comparison this long; a closed one drops them at once
 HEADER = ("## LLaDA2.1 playground\nWatch a block-diffusion language model **draft** masked tokens in parallel "
           "and **edit** its own text, step by step. New here? Click an example, or open **Learn**.")
@@ -43,7 +45,9 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
     """The playground for `models` (nothing is loaded until a run needs it)."""
     recordings = lessons.load_recordings() if recordings is None else recordings
     quiet_refusals()  # a request Gradio refuses is one line of the log, not a traceback
-    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=(900, 3600)) as demo:
+    keep_replacements_in_place()  # a session holds one component per output, however many runs it makes
+    export.sweep_safely()  # Gradio's sweep of exported files goes on beside exports (ui/export.py)
+    with gr.Blocks(title="LLaDA2.1 playground: draft and edit", delete_cache=CACHE_SWEEP) as demo:
         trace, pair = gr.State(None, time_to_live=STATE_TTL_S), gr.State(None, time_to_live=STATE_TTL_S)
         gr.Markdown(HEADER, elem_id="header")
         _page_script()
@@ -59,5 +63,6 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         explorer.wire(models, sweep_view, targets, tabs, tab=explorer_tab)
         playground.wire_api(models, playground_view.api_inputs(), trace)
         demo.unload(drop_session)
+    exact_inputs(demo)  # the wrong number of inputs is refused with a message naming them
     return demo
 

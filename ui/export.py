@@ -7,13 +7,19 @@ token, or the arrow keys, show what it is; a phone has no hover) inlined. Its si
 the run, not with steps x positions: a 1,000-forward run stays a few megabytes.
 
 Exports are written into a folder of their own under the system's temporary directory; `ExportDir`
-deletes the folders of earlier exports once they are older than a few minutes (the app serves them from
-its own cache by then), so clicking Export never piles files up.
+deletes the folders of earlier exports once they are a minute old (Gradio has copied them into its cache
+at once, and serves that copy). Gradio's copies are deleted `KEEP_S` after they were made (ui/demo.py
+`CACHE_SWEEP`), so clicking Export never piles files up: the disk holds at most the last few minutes'
+exports, however busy the app. Gradio's own sweep (6.x) walks each component's set of cached files while
+other threads add to it; the first export made during a sweep ended the sweeping for good ("Set changed
+size during iteration"), and the copies piled up again. `sweep_safely` replaces it with one that walks a
+snapshot and skips a file it cannot delete.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -29,6 +35,8 @@ from .render import canvas
 from .render.tables import stats_line
 
 PREFIX = "llada-export-"
+KEEP_S = float(os.environ.get("LLADA_EXPORT_KEEP_S", "300"))  # how long an export's download link works
+ORIGINALS_KEEP_S = min(60.0, KEEP_S)  # the files Gradio copies from: needed only until it has (at once)
 
 
 def _script_json(value) -> str:
@@ -85,7 +93,7 @@ def write_exports(trace: Trace, folder: Path) -> list[Path]:
 class ExportDir:
     """Fresh folders for exports; folders older than `keep_s` are deleted whenever a new one is made."""
 
-    def __init__(self, root: Path | None = None, keep_s: float = 300.0):
+    def __init__(self, root: Path | None = None, keep_s: float = ORIGINALS_KEEP_S):
         self.root = Path(root or tempfile.gettempdir())
         self.keep_s = keep_s
         self._lock = threading.Lock()
@@ -104,3 +112,33 @@ class ExportDir:
                 shutil.rmtree(folder, ignore_errors=True)
                 gone += 1
         return gone
+
+
+def sweep_cached(blocks, age: float | None) -> None:
+    """Gradio's `delete_files_created_by_app`, safe beside exports: delete the files `blocks` copied for
+    download more than `age` seconds ago (all when None), except the ones its components keep."""
+    from datetime import datetime
+
+    keep = set()
+    for component in list(blocks.blocks.values()):
+        keep.update(getattr(component, "keep_in_cache", ()))
+    for files in list(blocks.temp_file_sets):
+        gone = set()
+        for file in list(files):  # a snapshot: an export may add a file while this runs
+            try:
+                made = datetime.fromtimestamp(Path(file).lstat().st_ctime)
+                if file not in keep and (age is None or (datetime.now() - made).total_seconds() > age):
+                    os.remove(file)
+                    gone.add(file)
+            except FileNotFoundError:
+                gone.add(file)
+            except OSError:
+                continue  # not deleted now; the next sweep tries again
+        files.difference_update(gone)
+
+
+def sweep_safely() -> None:
+    """Make Gradio's scheduled cache sweep `sweep_cached` (its schedule looks the function up at each sweep)."""
+    import gradio.route_utils
+
+    gradio.route_utils.delete_files_created_by_app = sweep_cached

@@ -1,7 +1,8 @@
 """What the events of every tab share: queue settings, frames, inputs by name, and how a problem is told.
 
-Queues: runs that use the model share the `decode` concurrency group: `DECODE_CONCURRENCY` of them decode
-at once, so a short run never waits for a long one to finish (each is bounded by `ui.runs.BUDGET`).
+Queues: runs that use the model share the `decode` concurrency group: `DECODE_CONCURRENCY` requests decode
+at once; while they are all busy, a new one waits in Gradio's queue (the page shows its place and the
+seconds waited) until one ends, which each does within its budget (`ui.runs.BUDGET`, 30 s of wall time).
 Replays re-render stored traces without the model and run beside them.
 
 Frames: a handler returns a NamedTuple with one field per output component (`frame` leaves every field
@@ -11,7 +12,9 @@ by component, read back as {name: value}).
 Problems: `problem(err)` is the one place that decides what a user reads when a request cannot run. A
 refusal (bad input, a broken checkpoint, non-finite logits) is its own message; anything else is a
 failure of the server, told in one line while the log keeps its traceback. A problem is shown as the
-`#error` box (`html`), a Gradio error over the API (`error`), or a Markdown line (`markdown`).
+`#error` box (`html`), a Gradio error over the API (`error`), or a Markdown line (`markdown`). A request with
+the wrong number of inputs (raw HTTP) is refused before any handler runs, its message naming the inputs
+the event takes (`exact_inputs`).
 """
 
 from __future__ import annotations
@@ -159,3 +162,29 @@ def quiet_refusals() -> None:
     for module in (gradio.queueing, gradio.routes, gradio.utils):
         if getattr(module, "traceback", None) is traceback:
             module.traceback = _QuietRefusals()
+
+
+def input_names(block_fn) -> list[str]:
+    """The names of the inputs an event's caller sends, in order (a `gr.State` is the server's, never sent):
+    its handler's parameters (the API page's names) when they match the inputs one for one, else labels."""
+    from gradio.utils import get_function_params
+
+    params = [info[0] for info in get_function_params(block_fn.fn)] if block_fn.fn else []
+    if len(params) != len(block_fn.inputs):
+        params = [str(getattr(c, "label", None) or getattr(c, "elem_id", None) or type(c).__name__.lower())
+                  for c in block_fn.inputs]
+    return [name for name, c in zip(params, block_fn.inputs) if not c.skip_api]
+
+
+def exact_inputs(demo: gr.Blocks) -> None:
+    """Refuse a request to any of `demo`'s events that sends fewer or more inputs than the event takes, with
+    a Gradio error naming them (Gradio's own check lets extra inputs through, and its message, written for a
+    page's JavaScript, never reaches an API caller: `success: false, error: null`)."""
+    def validate_inputs(block_fn, inputs: list) -> None:
+        if len(inputs) != len(block_fn.inputs):  # a plain call's states: their places filled in by now
+            where = f"/{block_fn.api_name}" if block_fn.api_name else "this event"
+            names = input_names(block_fn)
+            raise gr.Error(f"{where} takes {len(names)} inputs, in this order: {', '.join(names) or 'none'}; got "
+                           f"{len(inputs)}", print_exception=False)
+
+    demo.validate_inputs = validate_inputs

@@ -11,6 +11,13 @@ Gradio itself never removes once a session's events are done). Two kinds of sess
   `ONE_SHOT_KEEP` newer ones have come, it is dropped as soon as its call has answered.
 
 Gradio also keeps timings of the last 10,000 events for its API page; `queue` keeps `EVENTS_KEPT`.
+
+Within a session, an output that one frame leaves alone (`gr.skip()`) or restyles (`gr.update(maximum=...)`)
+gets a new component object in the session's copy of the page, and Gradio 6 gives that object a new id; a
+later frame that sets the output's value then files the object under its new id too, so every run left a
+few components (and the charts and canvases they last showed) behind: ~100 KiB a run, for as long as the
+tab stayed open. `keep_replacements_in_place` makes the new object take the id of the output it stands
+for, so a session holds one object per output however many runs it makes.
 Anything else (a `gradio_client` session, with its own heartbeat, or a tab left open) is bounded by Gradio's
 `state_session_capacity` (ui/demo.py `SESSIONS`): the least recently used goes first.
 """
@@ -32,6 +39,26 @@ def queue(demo: gr.Blocks, **options) -> gr.Blocks:
     demo.queue(**options)
     demo._queue.ANALYTICS_MAX_EVENTS = EVENTS_KEPT
     return demo
+
+
+def keep_replacements_in_place() -> None:
+    """Make a component that replaces an output in a session keep that output's id (see the module docstring).
+
+    Wraps Gradio's `SessionState.__setitem__` once per process; stored states (`gr.State`) are not touched."""
+    from gradio.blocks import Block
+    from gradio.state_holder import SessionState
+
+    store = SessionState.__setitem__
+    if getattr(store, "keeps_ids", False):
+        return
+
+    def setitem(self, key, value):
+        if isinstance(value, Block) and not value.stateful and value._id != key and key in self.blocks_config.blocks:
+            value._id = key  # the replacement stands for output `key`: filed under `key`, found under `key`
+        store(self, key, value)
+
+    setitem.keeps_ids = True
+    SessionState.__setitem__ = setitem
 
 
 def _app(request: gr.Request | None):

@@ -1,7 +1,8 @@
-"""Does the server's memory stay flat under visitors? Two measurements, one JSON each.
+"""Does the server's memory stay flat under visitors? Three measurements, one JSON each.
 
     python -m ui.bench.memory_soak soak --minutes 30 --visitors 4 --out bench/results/memory-soak.json
     python -m ui.bench.memory_soak visits --visits 40 --out /tmp/visits.json
+    python -m ui.bench.memory_soak runs --runs 40 --out /tmp/runs.json
 
 `soak` is `python -m ui.bench.soak` (the app in a child process, simulated visitors, each visit a new session that
 runs, scrubs, exports, compares, calls `/generate` and closes its tab) with every RSS sample and the verdict
@@ -12,7 +13,11 @@ allocator by a few MiB, so it needs time to show a slow leak.
 `visits` runs the app in this process and counts, with `tracemalloc`, the Python memory still held after
 `--visits` visits (after warm-up visits, every closed session's unload done, and a garbage collection):
 retained bytes per visit, and where the most of them were allocated. A cache that keeps something per
-session shows here after a few dozen visits, however noisy RSS is. Both exit 1 when memory grew.
+session shows here after a few dozen visits, however noisy RSS is.
+
+`runs` is the same count for one tab left open: Generate clicked `--runs` times after `--warmup-runs`, the
+bytes still held per run. What a session keeps is bounded (its last run, one copy of the page's values), so
+after warm-up a run must leave almost nothing. All three exit 1 when memory grew.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import gc
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -33,6 +39,7 @@ from . import soak
 from ..sessions import ONE_SHOTS, queue
 
 RETAINED_KIB = 64.0  # per visit, after warm-up: a session's copy of the page alone is ~250 KiB (9-31 KiB measured)
+RUN_KIB = 8.0  # per run in one open tab, after warm-up: 0.2-2.5 KiB measured; a run's charts alone are ~30 KiB
 
 
 class Retained(NamedTuple):
@@ -65,12 +72,7 @@ def retained(visits: int = 40, warmup: int = 6, frames: int = 8, model: str | No
 
     Tracing starts `ONE_SHOTS.keep + 1` visits before the count does: a bounded cache that replaces an untraced
     entry with a traced one would otherwise look like growth (the untraced one's release is not counted)."""
-    from ..demo import LOOK, build_demo
-    from ..models import Models, model_dirs
-
-    demo = build_demo(Models(model_dirs([model] if model else [])))
-    queue(demo, max_size=64, default_concurrency_limit=8)  # as app.py
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
+    demo = _served(model, port)
     try:
         visitor = soak.Visitor(soak.Page(demo.local_url.rstrip("/")), seed=0)
         for _ in range(warmup):
@@ -84,11 +86,56 @@ def retained(visits: int = 40, warmup: int = 6, frames: int = 8, model: str | No
             visitor.visit()
         after_bytes, after = _traced(demo), tracemalloc.take_snapshot()
         tracemalloc.stop()
-        grown = after.compare_to(before, "traceback")
-        top = [{"kib": round(s.size_diff / 1024, 1), "count": s.count_diff, "where": s.traceback.format()[-frames:]}
-               for s in grown[:8]]
         return Retained(visits, (after_bytes - before_bytes) / 1024 / visits, len(demo.state_holder.session_data),
-                        visitor.errors, top)
+                        visitor.errors, _grown(before, after, frames))
+    finally:
+        if tracemalloc.is_tracing():
+            tracemalloc.stop()
+        demo.close()
+
+
+def _served(model: str | None, port: int | None):
+    """The app in this process, launched as app.py launches it."""
+    from ..demo import LOOK, build_demo
+    from ..models import Models, model_dirs
+
+    demo = build_demo(Models(model_dirs([model] if model else [])))
+    queue(demo, max_size=64, default_concurrency_limit=8)  # as app.py
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
+    return demo
+
+
+def _grown(before, after, frames: int) -> list[dict]:
+    """The allocation sites that grew most between two snapshots: {"kib", "count", "where"}."""
+    return [{"kib": round(s.size_diff / 1024, 1), "count": s.count_diff, "where": s.traceback.format()[-frames:]}
+            for s in after.compare_to(before, "traceback")[:8]]
+
+
+def session_runs(runs: int = 40, warmup: int = 20, gen_length: int = 8, frames: int = 4, model: str | None = None,
+                 port: int | None = None) -> Retained:
+    """One tab left open clicks Generate `warmup` times, then `runs` traced times; what those runs left held
+    (`visits` counts the runs). Every run is the page's own Generate event, on the same prompt."""
+    demo = _served(model, port)
+    try:
+        visitor = soak.Visitor(soak.Page(demo.local_url.rstrip("/")), seed=0)
+        session, page = uuid.uuid4().hex, visitor.page
+        beat = soak.Heartbeat(visitor.beats, page.url, session)
+        run = page.event("generate", "click")
+        data = page.data(run, prompt=soak.PROMPTS[0], gen_length=gen_length)
+        for _ in range(warmup):
+            visitor.call(session, run, data)
+        tracemalloc.start(frames)
+        visitor.call(session, run, data)  # the run the count starts after: its own frames are traced too
+        gc.collect()
+        before_bytes, before = tracemalloc.get_traced_memory()[0], tracemalloc.take_snapshot()
+        for _ in range(runs):
+            visitor.call(session, run, data)
+        gc.collect()
+        after_bytes, after = tracemalloc.get_traced_memory()[0], tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        beat.close()
+        return Retained(runs, (after_bytes - before_bytes) / 1024 / runs, len(demo.state_holder.session_data),
+                        visitor.errors, _grown(before, after, frames))
     finally:
         if tracemalloc.is_tracing():
             tracemalloc.stop()
@@ -106,7 +153,14 @@ def _compare_once(visitor: soak.Visitor) -> None:
 
 
 def _machine() -> dict:
-    return {"cpus": os.cpu_count(), "load": list(os.getloadavg()), "python": platform.python_version()}
+    """Where and on what the measurement ran: the commit, the CPUs, their load, Python."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=soak.ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"commit": commit, "cpus": os.cpu_count(), "load": list(os.getloadavg()),
+            "python": platform.python_version()}
 
 
 def _write(out: str | None, result: dict) -> None:
@@ -116,20 +170,31 @@ def _write(out: str | None, result: dict) -> None:
         print(f"wrote {out}", flush=True)
 
 
+def settled_growth(samples: list[soak.Sample], after_s: float = 300.0) -> float | None:
+    """How far RSS rose above its value at `after_s` seconds, at most, until the end (MiB); None if too short."""
+    late = [s.rss_mib for s in samples if s.seconds >= after_s]
+    return max(late) - late[0] if len(late) >= 2 else None
+
+
 def run_soak(args) -> int:
     samples = soak.soak(args.minutes, args.visitors, args.every, args.model, args.port, args.visits, args.sessions)
     v = soak.verdict(samples, args.warmup, args.tolerance)
-    last = samples[-1]
+    last, rise = samples[-1], settled_growth(samples)
     print(f"{last.visits} visits, {last.requests} requests, {last.errors} errors · after warm-up: {v.early_mib:.1f} "
           f"-> {v.late_mib:.1f} MiB ({100 * v.growth:+.2f}%, allowed {100 * args.tolerance:+.0f}%) · "
-          f"{'flat' if v.flat else 'GROWING'}", flush=True)
+          f"{'flat' if v.flat else 'GROWING'} · from minute 5: "
+          f"{'n/a' if rise is None else f'{rise:+.1f} MiB'} · temp folders at most "
+          f"{max(s.temp_mib for s in samples):.1f} MiB, {last.temp_mib:.1f} MiB at the end", flush=True)
     _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine(),
                       "minutes": args.minutes, "visitors": args.visitors, "warmup": args.warmup,
                       "tolerance": args.tolerance, "visits": last.visits, "requests": last.requests,
                       "errors": last.errors, "early_mib": round(v.early_mib, 1), "late_mib": round(v.late_mib, 1),
                       "growth_pct": round(100 * v.growth, 2), "flat": v.flat,
-                      "samples": [s._asdict() | {"rss_mib": round(s.rss_mib, 1), "seconds": round(s.seconds, 1)}
-                                  for s in samples]})
+                      "rss_rise_from_minute_5_mib": None if rise is None else round(rise, 1),
+                      "temp_max_mib": round(max(s.temp_mib for s in samples), 1),
+                      "temp_last_mib": round(last.temp_mib, 1),
+                      "samples": [s._asdict() | {"rss_mib": round(s.rss_mib, 1), "temp_mib": round(s.temp_mib, 2),
+                                                 "seconds": round(s.seconds, 1)} for s in samples]})
     return 0 if v.flat and last.errors == 0 else 1
 
 
@@ -142,6 +207,17 @@ def run_visits(args) -> int:
     _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine()}
            | r._asdict() | {"bound_kib": RETAINED_KIB})
     return 0 if r.kib_per_visit <= RETAINED_KIB and r.errors == 0 else 1
+
+
+def run_runs(args) -> int:
+    r = session_runs(args.runs, args.warmup_runs, args.gen_length, args.frames, args.model)
+    print(f"{r.visits} runs in one tab: {r.kib_per_visit:+.2f} KiB retained per run (bound {RUN_KIB} KiB), "
+          f"{r.errors} errors", flush=True)
+    for s in r.top[:5]:
+        print(f"  {s['kib']:+9.1f} KiB {s['count']:+6d} blocks  {s['where'][-1].strip()}", flush=True)
+    _write(args.out, {"command": "python -m ui.bench.memory_soak " + " ".join(args.argv), "machine": _machine()}
+           | r._asdict() | {"bound_kib": RUN_KIB})
+    return 0 if r.kib_per_visit <= RUN_KIB and r.errors == 0 else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,12 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--visits", type=int, default=40)
     v.add_argument("--warmup-visits", type=int, default=6)
     v.add_argument("--frames", type=int, default=8, help="traceback depth of the allocation sites")
-    for p in (s, v):
+    r = sub.add_parser("runs", help="Python memory retained per run in one open tab, traced in this process")
+    r.add_argument("--runs", type=int, default=40)
+    r.add_argument("--warmup-runs", type=int, default=20)
+    r.add_argument("--gen-length", type=int, default=32)
+    r.add_argument("--frames", type=int, default=4, help="traceback depth of the allocation sites")
+    for p in (s, v, r):
         p.add_argument("--model", default=None, help="one more model directory to offer (the default one runs)")
         p.add_argument("--out", default=None, help="where to write the JSON")
     args = parser.parse_args(argv)
     args.argv = argv
-    return run_soak(args) if args.what == "soak" else run_visits(args)
+    return {"soak": run_soak, "visits": run_visits, "runs": run_runs}[args.what](args)
 
 
 if __name__ == "__main__":

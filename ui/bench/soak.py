@@ -3,10 +3,12 @@
 Starts the playground (`app.py`) in a child process and lets `--visitors` simulated visitors use it the way the
 page does, each visit a new session (raw HTTP to Gradio's queue, the page's own events found in its config
 by their elem_ids): open the tab (its heartbeat), run a prompt, scrub the replay, export the trace, compare
-S and Q now and then, call /generate, then close the tab. The server's resident memory (RSS, from /proc) is
-sampled every `--every` seconds. After the warm-up (the first `--warmup` share of the samples), memory is
-flat when the mean of the last third of the samples is within `--tolerance` of the mean of the first third
-after warm-up; the script prints every sample, the verdict, and exits 1 when memory grew.
+S and Q now and then, call /generate, then close the tab. The server's resident memory (RSS, from /proc) and
+the size of its temporary folders (exports and Gradio's copies of them: the child's TMPDIR and
+GRADIO_TEMP_DIR point into one scratch folder) are sampled every `--every` seconds. After the warm-up (the
+first `--warmup` share of the samples), memory is flat when the mean of the last third of the samples is
+within `--tolerance` of the mean of the first third after warm-up; the script prints every sample, the
+verdict, and exits 1 when memory grew.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -36,6 +40,7 @@ PROMPTS = ["176+771=", "sort 78505685=", "reverse sun tree snow door:", "def inc
 class Sample(NamedTuple):
     seconds: float
     rss_mib: float
+    temp_mib: float  # the app's temporary folders: export originals and Gradio's copies
     requests: int
     errors: int
     visits: int
@@ -47,6 +52,17 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def folder_mib(folder: Path) -> float:
+    """Bytes of the files under `folder`, in MiB (files deleted while walking are skipped)."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:
+            pass
+    return total / 2**20
 
 
 def serve(port: int, model: str | None, env: dict | None = None) -> subprocess.Popen:
@@ -196,7 +212,10 @@ class Visitor:
 def soak(minutes: float, visitors: int, every: float, model: str | None, port: int, visits: int | None = None,
          sessions: int | None = None) -> list[Sample]:
     """Visitors use the app for `minutes` (or until `visits` visits, sampled every `every` visits then)."""
-    env = os.environ | ({SESSIONS_ENV: str(sessions)} if sessions else {})
+    scratch = Path(tempfile.mkdtemp(prefix="llada-soak-"))
+    (scratch / "tmp").mkdir()
+    env = os.environ | ({SESSIONS_ENV: str(sessions)} if sessions else {}) | {
+        "TMPDIR": str(scratch / "tmp"), "GRADIO_TEMP_DIR": str(scratch / "gradio")}
     proc = serve(port, model, env)
     page = Page(f"http://127.0.0.1:{port}")
     crowd = [Visitor(page, seed) for seed in range(visitors)]
@@ -219,11 +238,11 @@ def soak(minutes: float, visitors: int, every: float, model: str | None, port: i
                 time.sleep(0.2)
                 continue
             mark += every
-            s = Sample(time.monotonic() - t0, rss_mib(proc.pid), sum(v.requests for v in crowd),
+            s = Sample(time.monotonic() - t0, rss_mib(proc.pid), folder_mib(scratch), sum(v.requests for v in crowd),
                        sum(v.errors for v in crowd), done)
             samples.append(s)
-            print(f"{s.seconds:7.0f} s  RSS {s.rss_mib:7.1f} MiB  visits {s.visits:5d}  requests {s.requests:6d}  "
-                  f"errors {s.errors}", flush=True)
+            print(f"{s.seconds:7.0f} s  RSS {s.rss_mib:7.1f} MiB  temp {s.temp_mib:6.1f} MiB  visits {s.visits:5d}  "
+                  f"requests {s.requests:6d}  errors {s.errors}", flush=True)
     finally:
         stop.set()
         for why in {v.last_error for v in crowd if v.last_error}:
@@ -232,6 +251,7 @@ def soak(minutes: float, visitors: int, every: float, model: str | None, port: i
             t.join(timeout=120)
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(scratch, ignore_errors=True)
     return samples
 
 

@@ -17,6 +17,7 @@ import gradio as gr
 from llada.presets import tau_text
 
 from .. import ASSETS, runs
+from ..frame import DECODE_CONCURRENCY
 from ..knows import knows
 from ..settings import LIMITS, MODES, InputError, check_choice, check_step, preset_values, presets_of
 
@@ -142,6 +143,14 @@ def example_values(index) -> tuple:
     return tuple(items[k][name] for name in EXAMPLE_INPUTS)
 
 
+def wait_note(budget=None) -> str:
+    """What a visitor waits for when the decode slots are busy (ui/frame.py `DECODE_CONCURRENCY`)."""
+    budget = budget or runs.BUDGET
+    return (f"{DECODE_CONCURRENCY} requests decode at once; while both are busy, a new one waits in the queue (the "
+            f"run's outputs show its place in the queue and the seconds waited) until one of them ends: at most "
+            f"{budget.seconds:g} s when no other request is waiting ahead of it.")
+
+
 def settings(models) -> Settings:
     """The settings column: model, thresholds, lengths, and the rest folded away."""
     model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model",
@@ -168,6 +177,6 @@ def settings(models) -> Settings:
         seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
     ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
     gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
-                "This tab keeps its last run for an hour.", elem_id="budget-note")
+                f"{wait_note()} This tab keeps its last run for an hour.", elem_id="budget-note")
     return Settings(model, presets, tau_mask, edit, tau_edit, block_length, gen_length, mbe_window, max_post_steps,
                     temperature, seed, ghost)

@@ -131,15 +131,16 @@ def _wire_compare(models: Models, ctrl: Controls, pair_view: CompareView, error,
 
 def wire_api(models: Models, api_in: ApiInputs, trace) -> None:
     """/generate, /compare and /trace: inputs in the contract's order, their names the functions' own."""
+    # the defaults are the API page's (a caller may leave them out by name): null keeps the mode's value
     @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
-    def generate(prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None,
-                 request: gr.Request = None):
+    def generate(prompt, mode="S", tau_mask=None, tau_edit=None, mbe=False, block_length=None, gen_length=32,
+                 model=None, request: gr.Request = None):
         ONE_SHOTS.add(request)  # a plain HTTP call's session goes once newer ones come (ui/sessions.py)
         yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
                                     model)
 
     @on_gpu(seconds=lambda _p, block, gen, *_: gpu_seconds(gen, block, runs=2))
-    def compare_pair(prompt, block_length, gen_length, model=None, request: gr.Request = None):
+    def compare_pair(prompt, block_length=None, gen_length=32, model=None, request: gr.Request = None):
         ONE_SHOTS.add(request)
         return api.compare_api(models, prompt, block_length, gen_length, model)
 
