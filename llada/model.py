@@ -102,7 +102,8 @@ class Attention(nn.Module):
             kg = norm_rope(self.key_layernorm, kg, cos[at:at + T], sin[at:at + T])  # (R, nKV, T, D)
             vg = vg.transpose(1, 2).contiguous()  # (R, nKV, T, D)
             if group[0].cache is not None:  # earlier keys from each row's cache (at start 0 none)
-                kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)  # (R, nKV, S, D)
+                # (R, nKV, S, D)
+                kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T
@@ -221,8 +222,8 @@ class Experts(nn.Module):
             starts.append(starts[-1] + rows)
         dev = x.device
         sizes = torch.tensor([n for _, n, _ in spans], device=dev)
-        shift = torch.tensor(starts[:-1], device=dev) - (sizes.cumsum(0) - sizes)  # span start less its first pair's rank
-        slot = torch.arange(order.numel(), device=dev) + shift.repeat_interleave(sizes)  # (T*K,) row of each sorted pair
+        shift = torch.tensor(starts[:-1], device=dev) - (sizes.cumsum(0) - sizes)  # span start - its first pair's rank
+        slot = torch.arange(order.numel(), device=dev) + shift.repeat_interleave(sizes)  # (T*K,) each sorted pair's row
         source = torch.zeros(starts[-1], dtype=torch.long, device=dev)  # padding rows read row 0 (no row
         source[slot] = order // K  # depends on another: their results are never read)
         xp = x.index_select(0, source)  # (P, H)

@@ -55,9 +55,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
+    from .timing import start, write_report
+
     args = parse(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start(args.threads)
     if args.child:
         print(json.dumps(agreement(args) if args.child == "agree" else measure(args, VARIANTS[args.child])))
         return 0
@@ -74,9 +75,7 @@ def main(argv: list[str]) -> int:
         why = _does_not_fit(root, "both")
         report["agreement"] = {"skipped": why} if why else _child(args, root, "agree")
     report |= _ratios(report)
-    out = Path(args.out or f"bench/results/int8-{args.shape if not args.model else root.name}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/int8-{args.shape if not args.model else root.name}.json")
     print(summary(report) + f"; wrote {out}", file=sys.stderr)
     return 0
 

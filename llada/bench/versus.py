@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .timing import device_info
+from .timing import device_info, write_report
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout
 TIMING_KEYS = frozenset({"tps", "seconds"})
@@ -201,9 +201,7 @@ def main(argv: list[str]) -> int:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out or ROOT / "bench" / "results" / f"versus-{args.workload}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, ROOT / "bench" / "results" / f"versus-{args.workload}.json")
     wall, cpu = report["wall_s"], report["cpu_s"]
     print(f"{args.workload}: before {wall['median_before']:.1f} s, after {wall['median_after']:.1f} s wall "
           f"({wall['ratio']:.2f}x; CPU {cpu['ratio']:.2f}x); same results: {report['same_results']}; {out}")
