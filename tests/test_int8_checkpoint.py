@@ -37,7 +37,8 @@ def test_the_round_trip_equals_quantizing_at_load_bit_for_bit(int8_dir, fixture_
     monkeypatch.setattr(int8_format.Sinks, "put", lambda *a: pytest.fail("quantized while loading"))
     stored = load_model(int8_dir)  # no quantize argument: the directory says int8
     _same(at_load, stored)
-    assert isinstance(stored.layers[1].mlp.experts, Int8Experts) and stored.layers[1].mlp.experts.w13.dtype == torch.int8
+    experts = stored.layers[1].mlp.experts
+    assert isinstance(experts, Int8Experts) and experts.w13.dtype == torch.int8
     assert isinstance(stored.layers[0].mlp.up_proj, Int8Linear)
     raw = json.loads((int8_dir / "config.json").read_text())
     assert raw["quantization_config"]["layout"] == int8_format.LAYOUT
@@ -75,11 +76,10 @@ def test_a_stored_scale_in_another_dtype_is_refused(tmp_path, int8_dir):
 
 
 def test_the_cli_converts(tmp_path, fixture_dir):
-    out = subprocess.run([sys.executable, "-m", "llada.weights.int8_checkpoint", str(fixture_dir), str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "llada.weights.int8_checkpoint", str(fixture_dir), str(tmp_path / "o")]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert out.returncode == 0 and "int8" in out.stdout, out.stderr
-    again = subprocess.run([sys.executable, "-m", "llada.weights.int8_checkpoint", str(fixture_dir), str(tmp_path / "o")],
-                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert again.returncode == 2 and again.stderr.startswith("error: ") and len(again.stderr.splitlines()) == 1
 
 
