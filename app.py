@@ -2,6 +2,8 @@
 
     python app.py                          # the embedded model in assets/model (+ preloaded hub models)
     python app.py --model DIR --model DIR2 # more local LLaDA2.x checkpoints in the model selector
+    python app.py --model inclusionAI/LLaDA2.1-mini   # a hub repo: downloaded into the hub cache first
+                                           # (on a CPU it is offered in int8 where only int8 fits)
     LLADA_MODELS=DIR:DIR2 python app.py    # the same through the environment
 
 On a ZeroGPU Space every offered model is loaded here, at start, in the main process, and moved to
@@ -17,9 +19,10 @@ except ImportError:  # not a Space: nothing to patch
     pass
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 
 from ui.demo import LOOK, build_demo  # noqa: E402
-from ui.models import Models, model_dirs  # noqa: E402
+from ui.models import Models, cli_models, model_dirs  # noqa: E402
 from ui.sessions import queue  # noqa: E402
 
 QUEUE = {"max_size": 64, "default_concurrency_limit": 8}
@@ -39,11 +42,19 @@ demo = build_demo(models)
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], help="a local LLaDA2.x checkpoint dir (repeatable)")
+    parser.add_argument("--model", action="append", default=[],
+                        help="a LLaDA2.x checkpoint dir or hub repo id, downloaded first (repeatable)")
     parser.add_argument("--host", default=None, help="server name (default: Gradio's, or $GRADIO_SERVER_NAME)")
     parser.add_argument("--port", type=int, default=None, help="server port (default: Gradio's)")
     args = parser.parse_args(argv)
-    chosen, app = (offered(args.model), None) if args.model else (models, demo)
+    from llada.weights.checkpoint import CheckpointError
+
+    try:
+        cli = cli_models(args.model)
+    except CheckpointError as err:  # no network, a refused download, ...
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    chosen, app = (offered(cli), None) if cli else (models, demo)
     app = app or build_demo(chosen)
     if chosen.rt.kind != "zerogpu":
         chosen.warm()  # load the default model in the background: the first run then starts at once

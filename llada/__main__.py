@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llada", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one prompt")
-    g.add_argument("--model", required=True, help="Hugging Face model directory (config.json + safetensors)")
+    g.add_argument("--model", required=True, help="a model directory (config.json + safetensors) or a Hugging Face "
+                                                  "repo id such as inclusionAI/LLaDA2.1-mini (downloaded into the "
+                                                  "hub cache, resumable)")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs the model's tokenizer)")
     src.add_argument("--prompt-ids", type=_ids, help="prompt token ids, comma-separated")
@@ -72,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                    help="auto: the checkpoint's dtype on CUDA, float32 on the CPU for models up to 1B parameters")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
-    g.add_argument("--quantize", choices=("none", "fp8", "fp8-dense"), default="none",
-                   help="FP8 weights: routed experts, or experts and dense linears")
+    g.add_argument("--quantize", choices=("auto", "none", "fp8", "fp8-dense", "int8"), default="auto",
+                   help="fp8 (GPU): routed experts, fp8-dense: also the dense linears; int8 (CPU): experts and "
+                        "linear layers; auto: int8 on a CPU where the model fits only so, else as saved")
     g.add_argument("--engine", choices=("auto", "fast", "reference"), default="auto",
                    help="MoE kernels: fast (fused Triton, self-checked), reference (PyTorch); auto: fast on CUDA")
     g.add_argument("--json", action="store_true", help="print one JSON object")

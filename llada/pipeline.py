@@ -32,6 +32,7 @@ from typing import Iterator
 
 import torch
 
+from .weights import hub
 from .weights.checkpoint import CheckpointError, load_model, read_config
 from .config import DecodeConfig
 from .decode import check_configs, decode_batch, generate_batch
@@ -66,12 +67,15 @@ class Pipeline:
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
              progress: bool = False, engine: str = "auto", decode_check: bool = True) -> "Pipeline":
-        """dtype None: the checkpoint's on CUDA, fp32 on the CPU for small models (`llada.weights.memory`).
+        """path: a model directory, or a Hugging Face repo id (`inclusionAI/LLaDA2.1-mini`), downloaded into the
+        hub cache first (`llada.weights.hub`). dtype None: the checkpoint's on CUDA, fp32 on the CPU for small
+        models, bf16 with int8 weights (`llada.weights.memory`).
 
-        quantize: None, "fp8" (routed experts, quantized while loading) or "fp8-dense" (also the dense linears).
+        quantize: None, "fp8" (routed experts, quantized while loading), "fp8-dense" (also the dense linears),
+        "int8" (CPU: experts and linear layers, `llada.fast.int8`) or "auto" (int8 on a CPU where only it fits).
         engine: "auto", "fast" or "reference" (`llada.fast.engine.use_engine`; its report is `pipe.engine`);
         decode_check=False skips its decode check (random weights, where logits tie everywhere)."""
-        root = Path(path)
+        root = hub.model_path(path, progress)
         _, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
             presets = load_presets(root)
@@ -85,7 +89,8 @@ class Pipeline:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
         model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
         report = use_engine(model, engine, ids=(mask, eos), decode=generate if decode_check else None)
-        pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", root.name), root)
+        name = str(path) if hub.is_repo_id(str(path)) else root.name  # a hub snapshot's folder is a commit hash
+        pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", name), root)
         pipe.engine = report
         return pipe
 

@@ -113,10 +113,17 @@ def test_models_share_the_room(tmp_path, tiny_model_dir):
     from llada.weights import memory
     from llada.weights.checkpoint import read_config
 
-    need = memory.weight_bytes(read_config(tiny_model_dir)[0], torch.float32)
-    room = m.Runtime("cpu", "cpu", room=memory.HEADROOM + need + need // 2)  # room for one, not two
+    cfg = read_config(tiny_model_dir)[0]
+    need, int8 = memory.weight_bytes(cfg, torch.float32), memory.weight_bytes(cfg, torch.bfloat16, "int8")
+    room = m.Runtime("cpu", "cpu", room=memory.HEADROOM + need + int8 // 2)  # room for one, not two (nor in int8)
     models = m.Models([str(tiny_model_dir), _copy(tiny_model_dir, tmp_path / "b")], rt=room)
     assert models.names() == ["tiny-random"] and "GiB" in models.withheld[0].reason
+    assert "with int8 weights they need" in models.withheld[0].reason
+    room = m.Runtime("cpu", "cpu", room=memory.HEADROOM + need + int8 + (need - int8) // 2)  # the second: int8 only
+    models = m.Models([str(tiny_model_dir), _copy(tiny_model_dir, tmp_path / "c")], rt=room)
+    assert [o.quantize for o in models.offered] == [None, "int8"]
+    assert models.offered[1].note.startswith("bfloat16 with int8 weights (quantized at load)")
+    assert type(models.get(models.offered[1].path).model.layers[-1].mlp.experts).__name__ == "Int8Experts"
 
 
 @pytest.mark.parametrize("breakage, words", [

@@ -9,7 +9,10 @@ config.json by `llada.weights.memory`) — and is either offered or withheld wit
 model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
 8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
 experts is offered with them (quantized while it loads); an FP8 checkpoint (`python -m llada.fast.quantize`)
-is sized in FP8 everywhere and withheld on a GPU without FP8.
+is sized in FP8 everywhere and withheld on a GPU without FP8. On the CPU a model whose weights do not fit
+as saved but fit in int8 (`llada.fast.int8`) is offered in int8 (quantized while it loads); an int8
+checkpoint (`python -m llada.weights.int8_checkpoint`) is offered on the CPU only. A `--model` that is a
+hub repo id is downloaded first (`llada.weights.hub`, app.py).
 
 Where the models live (`Runtime`):
 
@@ -55,7 +58,7 @@ class Offered:
     path: str
     dtype: object  # torch.dtype the weights load in
     note: str  # "bfloat16, 16.3 B parameters, 30.4 GiB"
-    quantize: str | None = None  # "fp8": routed experts in FP8 (quantized at load, or stored so)
+    quantize: str | None = None  # "fp8": routed experts in FP8; "int8": experts and linears (at load, or stored)
 
 
 @dataclass(frozen=True)
@@ -79,17 +82,26 @@ def runtime() -> Runtime:
 
 def model_dirs(cli: list[str] | None = None, env: str | None = None,
                default: Path | None = DEFAULT_MODEL) -> list:
-    """The candidates in order, without duplicates: local paths, then (repo, path) of hub snapshots."""
+    """The candidates in order, without duplicates: local paths (a `cli` entry may be a (name, path) pair: a
+    downloaded hub repo), then (repo, path) of hub snapshots."""
     env = os.environ.get(ENV_VAR, "") if env is None else env
     local = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
     local += [d for d in env.split(os.pathsep) if d.strip()]
     out, seen = [], set()
-    for name, d in [("", d) for d in local] + hub_snapshots(preloaded_repos()):
+    for name, d in [d if isinstance(d, tuple) else ("", d) for d in local] + hub_snapshots(preloaded_repos()):
         key = str(Path(d).expanduser().resolve())
         if key not in seen:
             seen.add(key)
             out.append((name, key) if name else key)
     return out
+
+
+def cli_models(names: list[str]) -> list:
+    """`--model` values: a directory as it is, a hub repo id as (repo, its snapshot), downloaded now with a
+    progress bar (`llada.weights.hub`; CheckpointError, one line, when it cannot be had)."""
+    from llada.weights import hub
+
+    return [(name, str(hub.model_path(name))) if hub.is_repo_id(name) else name for name in names]
 
 
 def preloaded_repos(space_file: Path = SPACE_FILE) -> list[str]:
@@ -120,38 +132,51 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     from llada.weights import memory
     from llada.weights.checkpoint import CheckpointError, read_config
     from llada.weights.fp8_format import stored_fp8
+    from llada.weights.int8_format import stored_int8
     from llada.presets import PresetError, load_presets
 
     root = Path(path)
     try:
         cfg, raw = read_config(root)
         load_presets(root)
-        stored = stored_fp8(raw, str(root / "config.json"))
+        source = str(root / "config.json")
+        stored = "int8" if stored_int8(raw, source) else "fp8" if stored_fp8(raw, source) else None
     except (CheckpointError, PresetError, ValueError) as err:
         return Withheld(name or root.name, path, str(err))
     name = name or str(raw.get("name") or root.name)
-    dtype = memory.default_dtype(cfg, rt.device)
+    dtype = memory.default_dtype(cfg, rt.device, stored)
     quantize, why = _sized(cfg, dtype, rt, room, stored)
+    dtype = memory.default_dtype(cfg, rt.device, quantize)
     if rt.kind == "zerogpu" and not why:  # the weights are read into host memory first
         why = memory.does_not_fit(cfg, dtype, "cpu", quantize)
     if why:
         return Withheld(name, path, f"not offered on this {rt.kind.upper()} machine: {why}")
     params = sum(cfg.parameter_counts().values())
     size = memory.weight_bytes(cfg, dtype, quantize) / 2**30
-    kind = str(dtype).removeprefix("torch.") + (" with FP8 experts" + ("" if stored else " (quantized at load)")
-                                                if quantize else "")
+    held = {"fp8": " with FP8 experts", "int8": " with int8 weights"}.get(quantize, "")
+    kind = str(dtype).removeprefix("torch.") + held + (" (quantized at load)" if quantize and not stored else "")
     return Offered(name, path, dtype, f"{kind}, {params / 1e9:.2f} B parameters, {size:.2f} GiB", quantize)
 
 
-def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: bool) -> tuple[str | None, str | None]:
-    """(quantize, why not): as saved; FP8 experts on an FP8 GPU where only they fit; why it cannot load."""
+def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: str | None) -> tuple[str | None, str | None]:
+    """(quantize, why not): as saved; FP8 experts on an FP8 GPU or int8 on the CPU where only they fit; why it
+    cannot load."""
     from llada.weights import memory
 
-    if stored and rt.kind != "cpu" and not rt.fp8:
+    if stored == "fp8" and rt.kind != "cpu" and not rt.fp8:
         return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
-    why = memory.does_not_fit(cfg, dtype, rt.device, "fp8" if stored else None, room=room)
-    if not why or stored or not rt.fp8:
-        return ("fp8" if stored else None), why
+    if stored == "int8" and rt.kind != "cpu":
+        return "int8", "an int8 checkpoint runs on the CPU (PyTorch's CPU int8 kernel)"
+    why = memory.does_not_fit(cfg, dtype, rt.device, stored, room=room)
+    if not why or stored:
+        return stored, why
+    if rt.kind == "cpu":
+        if memory.auto_quantize(cfg, "cpu", room=room) == "int8":
+            return "int8", None
+        need = memory.weight_bytes(cfg, memory.default_dtype(cfg, "cpu", "int8"), "int8") / memory.GIB
+        return None, f"{why}; with int8 weights they need {need:.1f} GiB, still too much"
+    if not rt.fp8:
+        return None, why
     why_fp8 = memory.does_not_fit(cfg, dtype, rt.device, "fp8", room=room)
     return ("fp8", None) if why_fp8 is None else (None, why_fp8)  # its sizes say "with fp8 experts"
 

@@ -1,6 +1,6 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
-NAME is one of decode, batch, split, stream, versus, kernels, forward, load, gpu-check, lease, train.
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, gpu-check, lease, train.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "kernels": "FP8 fused-MoE layer time and bandwidth",
            "forward": "one LLaDA2.1-mini-shaped forward",
            "load": "loading a real-format checkpoint (time, peak memory), then S / Q decode speed",
+           "int8": "int8 weights on the CPU vs the default load: bytes held, peak RSS, s/forward, top-1 agreement",
            "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
            "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
            "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul"}

@@ -43,7 +43,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", default="/tmp/llada-replicas", help="where replicas are written and reused")
     parser.add_argument("--device", default="auto", help="cpu, cuda; auto: cuda when available")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    parser.add_argument("--quantize", default="none", choices=("none", "fp8", "fp8-dense"))
+    parser.add_argument("--quantize", default="none", choices=("none", "fp8", "fp8-dense", "int8"))
     parser.add_argument("--gen-length", type=int, default=128, help="tokens per decode run (0: load only)")
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

@@ -16,6 +16,9 @@ Loading (`load_model`) never holds a second copy of the weights:
    bf16: each expert is quantized (128x128 tiles, `llada.fast.kernels.quantize_weight_fp8`) as it is read.
    A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts
    and their scales already: they are read straight into the FP8 buffers, nothing is quantized.
+   With `quantize="int8"` (CPU) every matrix `llada.fast.int8` quantizes is quantized as it is read, one
+   tensor at a time (`llada.weights.int8_format.Sinks`); a directory written by
+   `python -m llada.weights.int8_checkpoint` is read straight into the int8 buffers.
 
 Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
 naming the file and the tensor or key.
@@ -32,7 +35,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from . import fp8_format, memory
+from . import fp8_format, int8_format, memory
 from ..config import ConfigError, ModelConfig, read_json
 from ..model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
@@ -40,7 +43,7 @@ from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 SKIPPED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed from the config here
-QUANTIZE = ("fp8", "fp8-dense")
+QUANTIZE = ("fp8", "fp8-dense", "int8")
 
 
 class CheckpointError(RuntimeError):
@@ -90,7 +93,7 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
     out = {}
     for key, t in model.state_dict().items():
         m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
-        if not m or t.dtype == fp8_format.FP8:  # FP8 experts are stored stacked, as they run
+        if not m or t.dtype in (fp8_format.FP8, torch.int8):  # quantized experts are stored stacked, as they run
             out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
             continue
         E, N, K = t.shape
@@ -113,6 +116,7 @@ def hf_name(key: str) -> str:
 def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
     """Match every tensor of every shard to its slot; CheckpointError for anything missing or wrong."""
     expected, found = expected_tensors(model), {}
+    dtypes = {key: t.dtype for key, t in model.state_dict().items()}
     for f in shard_files(root):
         try:
             entries = read_header(f)
@@ -135,6 +139,9 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
             continue
         if entry.shape != slot.shape:
             raise CheckpointError(f"{entry.file}: tensor {name} has shape {entry.shape}, the config needs {slot.shape}")
+        if entry.dtype == torch.int8 and dtypes[slot.key] != torch.int8:  # never cast int8 codes to a float
+            raise CheckpointError(f"{entry.file}: tensor {name} has dtype I8; only an int8 checkpoint's quantized "
+                                  "matrices are int8 (python -m llada.weights.int8_checkpoint)")
         out.append((entry, slot))
     return out
 
@@ -168,28 +175,40 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
                quantize: str | None = None, progress: bool = False) -> LLaDA2MoE:
     """The model of a Hugging Face directory, loaded shard by shard into `dtype` on `device`.
 
-    dtype None: the checkpoint's dtype on CUDA, fp32 on the CPU for small models (`memory.default_dtype`).
-    quantize: None, "fp8" (routed experts quantized while loading) or "fp8-dense" (also the dense linears)."""
+    dtype None: the checkpoint's dtype on CUDA, fp32 on the CPU for small models, bf16 with int8 weights
+    (`memory.default_dtype`). quantize: None, "fp8" (routed experts quantized while loading), "fp8-dense" (also
+    the dense linears), "int8" (CPU: experts and linears, `llada.fast.int8`) or "auto" (int8 on the CPU when
+    the model fits only so, `memory.auto_quantize`); a quantized directory loads as it is stored."""
     root, device = Path(path), torch.device(device)
-    if quantize not in (None, *QUANTIZE):
-        raise ValueError(f"unknown quantization {quantize!r}; choose fp8 or fp8-dense")
+    if quantize not in (None, "auto", *QUANTIZE):
+        raise ValueError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)} or auto")
     cfg, raw = read_config(root)
-    stored = _stored_fp8(root, raw, device)
-    quantize = quantize or ("fp8" if stored else None)
-    dtype = dtype or memory.default_dtype(cfg, device)
+    stored = _stored(root, raw, device, None if quantize == "auto" else quantize)
+    if quantize == "auto":
+        quantize = stored or memory.auto_quantize(cfg, device, dtype)
+    quantize = quantize or stored
+    if quantize == "int8" and device.type != "cpu":
+        raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
+                              "load bf16, or fp8 on a GPU with FP8")
+    dtype = dtype or memory.default_dtype(cfg, device, quantize)
     why = memory.does_not_fit(cfg, dtype, device, quantize)
     if why:
         raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
     with torch.device("meta"):
         model = LLaDA2MoE(cfg).to(dtype)
-    if stored:  # the fp8 experts and their scales are tensors of the files, read as they are
-        _fp8_experts(model)
-        slots = _checked_fp8(plan(root, model))
-    slots = slots if stored else plan(root, model)  # bf16 experts in the files, quantized as they arrive
-    sinks = {} if stored or not quantize else {key: _FP8Sink(e, dtype) for key, e in _fp8_experts(model).items()}
+    if stored:  # the quantized tensors and their scales are tensors of the files, read as they are
+        (_fp8_experts if stored == "fp8" else int8_format.swap_modules)(model)
+        slots = _checked(plan(root, model), model, stored)
+    slots = slots if stored else plan(root, model)  # bf16 in the files, quantized as they arrive
+    sinks = {} if stored or quantize not in ("fp8", "fp8-dense") else {
+        key: _FP8Sink(e, dtype) for key, e in _fp8_experts(model).items()}
+    if quantize == "int8" and not stored:
+        int8_format.swap_modules(model)
     _materialize(model, device)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.word_embeddings.weight
+    if quantize == "int8" and not stored:
+        sinks = int8_format.Sinks(model, dtype).by_key()
     with torch.no_grad():
         _fill(model, slots, sinks, device, progress)
     if quantize == "fp8-dense":
@@ -281,21 +300,24 @@ def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
     return out
 
 
-def _checked_fp8(slots: list[tuple[Entry, Slot]]) -> list[tuple[Entry, Slot]]:
+def _checked(slots: list[tuple[Entry, Slot]], model: LLaDA2MoE, stored: str) -> list[tuple[Entry, Slot]]:
     try:
-        fp8_format.check_entries(slots)
+        fp8_format.check_entries(slots) if stored == "fp8" else int8_format.check_entries(slots, model)
     except ValueError as err:
         raise CheckpointError(str(err)) from None
     return slots
 
 
-def _stored_fp8(root: Path, raw: dict, device: torch.device) -> bool:
-    """True for an FP8 directory (`llada.weights.fp8_checkpoint`); CheckpointError where it cannot be loaded."""
+def _stored(root: Path, raw: dict, device: torch.device, quantize: str | None) -> str | None:
+    """"fp8" or "int8" for a quantized directory, None for a plain one; CheckpointError where it cannot load."""
     try:
-        stored = fp8_format.stored_fp8(raw, str(root / "config.json"))
+        stored = "int8" if int8_format.stored_int8(raw, str(root / "config.json")) else \
+            "fp8" if fp8_format.stored_fp8(raw, str(root / "config.json")) else None
     except ValueError as err:
         raise CheckpointError(str(err)) from None
-    why = fp8_format.fp8_refusal(device) if stored else None
+    if stored and quantize and quantize.split("-")[0] != stored:
+        raise CheckpointError(f"{root}: holds {stored} weights already; load it without quantize={quantize!r}")
+    why = fp8_format.fp8_refusal(device) if stored == "fp8" else None
     if why:
         raise CheckpointError(f"{root}: refused before loading: {why}")
     return stored
@@ -313,6 +335,9 @@ def hf_state_dict(model: LLaDA2MoE) -> dict[str, torch.Tensor]:
         if key.endswith("_scale") or t.dtype == torch.float8_e4m3fn:
             raise CheckpointError("an fp8-quantized model cannot be saved here: save the model before quantizing it, "
                                   "then write its FP8 checkpoint with python -m llada.weights.fp8_checkpoint SRC DST")
+        if t.dtype == torch.int8:
+            raise CheckpointError("an int8-quantized model cannot be saved here: save the model before quantizing "
+                                  "it, then write its int8 checkpoint with python -m llada.weights.int8_checkpoint")
         if not m:
             out[hf_name(key)] = t.detach().contiguous()
             continue

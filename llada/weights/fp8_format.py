@@ -22,8 +22,8 @@ QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme"
 def stored_fp8(raw: dict, source: str) -> bool:
     """True for a directory this module wrote; ValueError for a quantization this loader does not read."""
     q = raw.get("quantization_config")
-    if q is None:
-        return False
+    if q is None or (isinstance(q, dict) and q.get("quant_method") == "int8"):
+        return False  # int8: llada.weights.int8_format reads it
     if not isinstance(q, dict) or q.get("quant_method") != "fp8" or q.get("layout") != LAYOUT:
         raise ValueError(f"{source}: quantization_config {json.dumps(q)[:200]} is not a format this loader reads "
                          f"(it reads FP8 checkpoints written by python -m llada.fast.quantize, layout {LAYOUT!r})")

@@ -1,6 +1,6 @@
 """How big a model is, where it fits, and which dtype it loads in — decided from config.json alone.
 
-    need = weight_bytes(cfg, torch.bfloat16, quantize="fp8")   # bytes of the weights once loaded
+    need = weight_bytes(cfg, torch.bfloat16, quantize="fp8")   # bytes of the weights once loaded (or "int8")
     room = available_bytes("cpu")                              # what this process may still allocate
     why = does_not_fit(cfg, torch.bfloat16, "cpu")             # None, or a sentence saying why not
 
@@ -11,7 +11,12 @@ RAM in /proc/meminfo but kills the container at its own limit). Device memory is
 
 Default dtype (`default_dtype`): on CUDA the dtype the checkpoint was saved in (bf16 for LLaDA2.1);
 on the CPU fp32 for small models (up to `CPU_FP32_MAX_PARAMS`, where fp32 costs little and CPU
-matmuls are fastest), the checkpoint's dtype above that.
+matmuls are fastest), the checkpoint's dtype above that; bf16 with int8 weights (`llada.fast.int8`:
+its kernel takes bf16 activations).
+
+int8 (`weight_bytes(..., quantize="int8")`): the routed and shared experts, the attention projections and
+the dense SwiGLU hold one byte per weight and one bf16 scale per output row (`int8_rows`); the embeddings,
+lm_head, router and norms keep `dtype`.
 """
 
 from __future__ import annotations
@@ -29,23 +34,54 @@ FP8_TILE = 128  # one fp32 scale per 128x128 tile of an fp8 weight (llada.fast.k
 GIB = float(1 << 30)
 
 
-def default_dtype(cfg: ModelConfig, device: str | torch.device) -> torch.dtype:
+def default_dtype(cfg: ModelConfig, device: str | torch.device, quantize: str | None = None) -> torch.dtype:
     saved = getattr(torch, cfg.dtype) if cfg.dtype else torch.bfloat16
+    if quantize == "int8":
+        return torch.bfloat16
     if torch.device(device).type == "cpu" and sum(cfg.parameter_counts().values()) <= CPU_FP32_MAX_PARAMS:
         return torch.float32
     return saved
 
 
 def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = None) -> int:
-    """Bytes of the loaded weights: routed experts in fp8 (1 byte + tile scales) when quantized."""
+    """Bytes of the loaded weights: routed experts in fp8 (1 byte + tile scales) with "fp8" / "fp8-dense",
+    every quantized matrix in int8 (1 byte + a bf16 scale per row) with "int8"."""
     parts = cfg.parameter_counts()
     size = dtype.itemsize
     total = sum(parts.values()) * size
+    if quantize == "int8":
+        weights, rows = int8_rows(cfg)
+        return total - weights * (size - 1) + rows * 2
     if quantize:
         experts = parts["routed_experts"]
         total -= experts * (size - 1)
         total += experts // (FP8_TILE * FP8_TILE) * 4 + 4 * cfg.num_experts  # fp32 scales, rounded up per expert
     return total
+
+
+def auto_quantize(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype | None = None,
+                  room: int | None = None) -> str | None:
+    """"int8" on the CPU for a model that does not fit in `dtype` (default: `default_dtype`) but fits in int8;
+    else None (it fits as it is, or not at all: loading then says why)."""
+    if torch.device(device).type != "cpu":
+        return None
+    plain = dtype or default_dtype(cfg, device)
+    if not does_not_fit(cfg, plain, device, room=room):
+        return None
+    return "int8" if not does_not_fit(cfg, dtype or torch.bfloat16, device, "int8", room=room) else None
+
+
+def int8_rows(cfg: ModelConfig) -> tuple[int, int]:
+    """(weights, output rows) of the matrices int8 quantizes (`llada.fast.int8.quantized_modules`)."""
+    H, D, L = cfg.hidden_size, cfg.head_dim, cfg.num_hidden_layers
+    moe = max(L - cfg.first_k_dense_replace, 0)
+    qkv, heads = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D, cfg.num_attention_heads * D
+    I, S = cfg.moe_intermediate_size, cfg.moe_intermediate_size * cfg.num_shared_experts
+    weights = L * (qkv + heads) * H + (L - moe) * 3 * H * cfg.intermediate_size
+    weights += moe * (cfg.num_experts * 3 * H * I + 3 * H * S)
+    rows = L * (qkv + H) + (L - moe) * (2 * cfg.intermediate_size + H)
+    rows += moe * (cfg.num_experts * (2 * I + H) + (2 * S + H if S else 0))
+    return weights, rows
 
 
 def available_bytes(device: str | torch.device) -> int | None:
@@ -70,11 +106,12 @@ def does_not_fit(cfg: ModelConfig, dtype: torch.dtype, device: str | torch.devic
     parts = cfg.parameter_counts()
     largest = max(parts, key=parts.get)
     return (f"the weights need {need / GIB:.1f} GiB in {str(dtype).removeprefix('torch.')}"
-            f"{' with fp8 experts' if quantize else ''} but {torch.device(device).type} has "
+            f"{_WITH.get(quantize, '')} but {torch.device(device).type} has "
             f"{room / GIB:.1f} GiB available (largest part: {largest}, {parts[largest]:,} parameters from "
             f"{_KEYS[largest]})")
 
 
+_WITH = {"fp8": " with fp8 experts", "fp8-dense": " with fp8 experts", "int8": " with int8 weights"}
 _KEYS = {"embeddings": "vocab_size x hidden_size", "lm_head": "vocab_size x hidden_size",
          "attention": "num_hidden_layers x num_attention_heads x head_dim x hidden_size",
          "dense_mlp": "first_k_dense_replace x intermediate_size x hidden_size",

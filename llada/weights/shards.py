@@ -22,7 +22,8 @@ from typing import NamedTuple
 import torch
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-          "F8_E4M3": torch.float8_e4m3fn}  # F8_E4M3: the experts of an FP8 checkpoint (llada.weights.fp8_checkpoint)
+          "F8_E4M3": torch.float8_e4m3fn,  # F8_E4M3: the experts of an FP8 checkpoint (llada.weights.fp8_checkpoint)
+          "I8": torch.int8}  # I8: the weights of an int8 checkpoint (llada.weights.int8_checkpoint)
 CHUNK = 64 << 20  # staging buffer: large enough for full-speed reads, small beside any model
 MAX_HEADER = 100 << 20  # the safetensors format's own limit on the JSON header
 

@@ -1,0 +1,210 @@
+"""Int8 weight-only quantization for the CPU: runtime modules, their kernels and a readable reference.
+
+Format. A weight w (N, K) (N outputs, K inputs) is stored as int8 codes q (N, K) and one scale per
+output row, s (N,) in bf16: w ~ q * s[:, None]. The scale is the row's absolute maximum / 127 rounded
+*up* to a bf16 value, so that no weight clips and the scale the kernel multiplies by is exactly the
+one the codes were made with. q = round(w / s), in [-127, 127]. The error of one weight is at most s/2,
+a uniform rounding of 1/254 of the row's largest weight.
+
+Kernels (measured on this machine's AVX-512 BF16 cores, one thread, bench/results/int8.json says more):
+
+    int8_linear_pack(x, q, s)     torch.ops.aten._weight_int8pack_mm, the kernel gpt-fast uses: reads the
+                                  int8 codes and scales them inside the product. With bf16 activations it
+                                  is as fast as a bf16 product or faster for a few rows (an expert gets ~1-4
+                                  rows of a 32-token block: it is bound by the bytes it reads, and reads half);
+                                  2-5x slower than bf16 at 32 rows. It needs K a multiple of 16 (other K give
+                                  wrong values or crash) and bf16 activations (fp32 runs 10-100x slower):
+                                  x is cast to bf16 for it.
+    int8_linear_tiles(x, q, s)    dequantizes 512 rows of q at a time into a bf16 (or x's dtype) buffer and
+                                  runs one plain product per tile: ~1.2x a bf16 product at 32 rows, any K.
+    int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the two above are tested against.
+
+Which runs is a module's `impl`, fixed when it is made, never chosen by the number of rows: on the
+row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. The pack kernel
+gives a row the same bits at any row count; the tiles pad their rows to `padded_rows` as every row-exact
+product does. `Int8Experts` (few rows per expert) packs; `Int8Linear` (the attention, dense SwiGLU and
+shared-expert projections: all the block's tokens at once) runs on tiles.
+
+`quantize_model_int8(model)` swaps the modules into a loaded model; `llada.weights.checkpoint` quantizes
+tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
+`llada.weights.int8_checkpoint` writes an int8 checkpoint once that loads as it is. The embeddings, the
+lm_head, the router and the norms are not quantized (the router picks experts from near-ties; the
+vocabulary's two matrices are read a row at a time or once per forward).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..model import Experts, LLaDA2MoE
+from ..row_exact import padded_rows, row_exact_on
+
+IMPLS = ("pack", "tiles", "torch")
+PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
+TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 tile of 512 x 2048 is 2 MiB)
+COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (..., N, K) float -> codes q (..., N, K) int8 and scales s (..., N) bf16, w ~ q * s[..., None]."""
+    w = w.detach().float()
+    wanted = (w.abs().amax(-1) / 127).clamp_min(1e-30)  # (..., N) fp32; an all-zero row gets a tiny scale
+    s = wanted.to(torch.bfloat16)
+    low = s.float() < wanted  # rounded down: one bf16 step up (positive values: the next bit pattern)
+    s = torch.where(low, (s.view(torch.int16) + 1).view(torch.bfloat16), s)
+    q = torch.round(w / s.float()[..., None]).clamp_(-127, 127).to(torch.int8)
+    return q, s
+
+
+def dequantize_int8(q: torch.Tensor, s: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """q (..., N, K) int8, s (..., N) -> w (..., N, K) in `dtype`."""
+    return q.to(dtype) * s.to(dtype)[..., None]
+
+
+def int8_linear_ref(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ (q * s)^T -> (..., N) in x's dtype, computed in fp32: the reference."""
+    return F.linear(x.float(), dequantize_int8(q, s)).to(x.dtype)
+
+
+def int8_linear_pack(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The same contract on `_weight_int8pack_mm`: x cast to bf16, K a multiple of PACK_K."""
+    K = q.shape[-1]
+    assert K % PACK_K == 0, f"the int8 pack kernel needs K % {PACK_K} == 0, got K={K} (use impl='tiles')"
+    flat = x.reshape(-1, K).to(COMPUTE).contiguous()  # (M, K)
+    out = torch.ops.aten._weight_int8pack_mm(flat, q, s.to(COMPUTE))  # (M, N) bf16
+    return out.to(x.dtype).view(*x.shape[:-1], q.shape[0])
+
+
+def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The same contract, dequantizing TILE_ROWS rows of q at a time into x's dtype (bf16 for fp32 too
+    would round x; it stays as it is). On the row-exact path the rows are zero-padded to `padded_rows`."""
+    K, N = q.shape[-1], q.shape[0]
+    flat = x.reshape(-1, K)  # (M, K)
+    M = flat.shape[0]
+    if row_exact_on() and padded_rows(M, x.device) > M:
+        flat = torch.cat([flat, flat.new_zeros(padded_rows(M, x.device) - M, K)])
+    out = flat.new_empty(flat.shape[0], N)
+    tile = torch.empty(min(TILE_ROWS, N), K, dtype=x.dtype, device=x.device)
+    for a in range(0, N, TILE_ROWS):
+        b = min(N, a + TILE_ROWS)
+        w = tile[:b - a]
+        w.copy_(q[a:b])  # int8 -> x's dtype
+        w.mul_(s[a:b, None].to(x.dtype))
+        torch.mm(flat, w.T, out=out[:, a:b])
+    return out[:M].view(*x.shape[:-1], N)
+
+
+KERNELS = {"pack": int8_linear_pack, "tiles": int8_linear_tiles, "torch": int8_linear_ref}
+
+
+def resolve_impl(impl: str, *ks: int) -> str:
+    """'pack' where its K rule holds for every product (K in `ks`), else 'tiles'; the choice is checked."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    if impl == "pack" and any(k % PACK_K for k in ks):
+        return "tiles"  # e.g. a tiny model's expert width of 40: the pack kernel would be wrong there
+    return impl
+
+
+class Int8Linear(nn.Module):
+    """A linear layer with int8 weights (N, K), bf16 row scales (N,) and the bias (N,) as it was, if any."""
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 impl: str = "tiles"):
+        super().__init__()
+        self.impl = resolve_impl(impl, weight.shape[-1])
+        self.register_buffer("weight", weight)
+        self.register_buffer("scale", scale)
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, impl: str = "tiles") -> "Int8Linear":
+        return cls(*quantize_int8(linear.weight), linear.bias, impl)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = KERNELS[self.impl](x, self.weight, self.scale)
+        return out if self.bias is None else out + self.bias.to(out.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows, impl={self.impl}"
+
+
+class Int8Experts(nn.Module):
+    """Routed experts with int8 weights: w13 (E, 2I, H) + w13_scale (E, 2I), w2 (E, H, I) + w2_scale (E, H).
+
+    forward(x (T, H), ids (T, K), weights (T, K)) -> (T, H), the contract of `llada.model.Experts`: a loop
+    over the experts that received tokens, each one's rows through its two products."""
+
+    def __init__(self, w13, w13_scale, w2, w2_scale, impl: str = "pack"):
+        super().__init__()
+        self.impl = resolve_impl(impl, w13.shape[-1], w2.shape[-1])
+        for name, t in (("w13", w13), ("w13_scale", w13_scale), ("w2", w2), ("w2_scale", w2_scale)):
+            self.register_buffer(name, t)
+
+    @classmethod
+    def from_experts(cls, experts: Experts, impl: str = "pack") -> "Int8Experts":
+        return cls(*quantize_int8(experts.w13), *quantize_int8(experts.w2), impl)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        T, K = ids.shape
+        product = KERNELS[self.impl]
+        flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
+        order = flat.argsort(stable=True)  # pairs sorted by expert
+        counts = torch.bincount(flat, minlength=self.w13.shape[0]).tolist()
+        xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert
+        ys, begin = torch.empty_like(xs), 0
+        for e, n in enumerate(counts):
+            if n:
+                rows = slice(begin, begin + n)
+                gate, up = product(xs[rows], self.w13[e], self.w13_scale[e]).chunk(2, dim=-1)  # (n, I) each
+                ys[rows] = product(F.silu(gate) * up, self.w2[e], self.w2_scale[e])  # (n, H)
+                begin += n
+        out = torch.empty_like(ys)
+        out[order] = ys  # back to (token, k) order
+        return (out.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
+
+    def extra_repr(self) -> str:
+        E, I2, H = self.w13.shape
+        return f"experts={E}, hidden={H}, inner={I2 // 2}, int8 rows, impl={self.impl}"
+
+
+def int8_linears(module: nn.Module) -> list[tuple[nn.Module, str]]:
+    """(parent, name) of every nn.Linear below `module` (the router is not one)."""
+    out = []
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear):
+            out.append((module, name))
+        else:
+            out += int8_linears(child)
+    return out
+
+
+def quantized_modules(model: LLaDA2MoE) -> list[tuple[nn.Module, str]]:
+    """(parent, name) of every module int8 replaces: each layer's routed experts and linears, in order."""
+    out = []
+    for layer in model.layers:
+        out += int8_linears(layer.attention)
+        if isinstance(getattr(layer.mlp, "experts", None), Experts):
+            out.append((layer.mlp, "experts"))
+        out += int8_linears(layer.mlp)  # dense SwiGLU or the shared experts
+    return out
+
+
+@torch.no_grad()
+def quantize_model_int8(model: LLaDA2MoE) -> LLaDA2MoE:
+    """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs."""
+    for parent, name in quantized_modules(model):
+        child = getattr(parent, name)
+        new = Int8Experts.from_experts(child) if isinstance(child, Experts) else Int8Linear.from_linear(child)
+        setattr(parent, name, new)
+    return model
