@@ -215,29 +215,28 @@ class Experts(nn.Module):
         """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded to `padded_rows` as
         `tiled_matmul` pads them (here with copies of token 0: a padding row's result is never read), all
         experts in one buffer of P rows, and every expert's two products (`tile_product`) written in place."""
-        spans, start = [], 0  # (expert, first buffer row, pairs, rows)
-        for e, (n, rows) in enumerate(zip(counts, padded_counts(counts, x.device))):
-            if n:
-                spans.append((e, start, n, rows))
-                start += rows
-        slots = [first + j for _, first, n, _ in spans for j in range(n)]  # buffer row of each pair, sorted
+        sizes = padded_counts(counts, x.device)  # buffer rows of each expert (0 for one without pairs)
+        starts = [0, *itertools.accumulate(sizes)]  # first buffer row of each expert (and the total, P)
+        used = [e for e, n in enumerate(counts) if n]
+        slots = [starts[e] + j for e in used for j in range(counts[e])]  # buffer row of each pair, sorted
         slot = torch.tensor(slots, device=x.device)  # (T*K,) buffer row of each pair, sorted by expert
-        source = x.new_zeros(start, dtype=torch.long)  # padding rows read row 0 (no row depends on another:
+        source = x.new_zeros(starts[-1], dtype=torch.long)  # padding rows read row 0 (no row depends on another:
         source[slot] = order // K  # their results are never read)
         xp = x.index_select(0, source)  # (P, H)
-        gate, up = self._products(xp, self.w13, spans).chunk(2, dim=-1)  # (P, I) each
-        y = self._products(F.silu(gate) * up, self.w2, spans)  # (P, H)
+        gate, up = self._products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
+        y = self._products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
         back = torch.empty_like(slot)
         back[order] = slot  # (T*K,): buffer row of each pair in (token, k) order
         return y.index_select(0, back)
 
     @staticmethod
-    def _products(x: torch.Tensor, w: torch.Tensor, spans: list[tuple[int, int, int, int]]) -> torch.Tensor:
-        """x (P, in) -> (P, out): rows [start, start + rows) times expert e's w[e]^T (`tile_product`), for each span."""
+    def _products(x: torch.Tensor, w: torch.Tensor, sizes: list[int], used: list[int]) -> torch.Tensor:
+        """x (P, in) -> (P, out): expert e's `sizes[e]` rows times its w[e]^T (`tile_product`), for each used e."""
         w_t = transposed(w).unbind(0)  # E x (in, out)
         out = x.new_empty(x.shape[0], w.shape[1])
-        for e, start, _, rows in spans:
-            tile_product(x[start:start + rows], w_t[e], out=out[start:start + rows])
+        xs, outs = x.split_with_sizes(sizes), out.split_with_sizes(sizes)  # each expert's rows, views
+        for e in used:
+            tile_product(xs[e], w_t[e], out=outs[e])
         return out
 
 

@@ -52,7 +52,7 @@ def padded_rows(n: int, device: torch.device) -> int:
     """The rows a row-exact product of n rows runs on: whole blocks of `CPU_ROWS` on the CPU, at least
     one; elsewhere whole tiles of `TILE`, at least two."""
     if device.type == "cpu":
-        return max(1, -(-n // CPU_ROWS)) * CPU_ROWS
+        return -(-n // CPU_ROWS) * CPU_ROWS or CPU_ROWS
     return max(2, -(-n // TILE)) * TILE
 
 
