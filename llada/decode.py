@@ -63,7 +63,8 @@ def run_forwards(runs: list[Run], asks: list[ForwardAsk], memo: ForwardMemo | No
     return [out if out is None or out.shape[0] == f.hi - f.lo else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
 
 
-def answer_forwards(runs: list[Run], asks: list[ForwardAsk], logits: list[torch.Tensor | None]) -> list[WindowUpdate | None]:
+def answer_forwards(runs: list[Run], asks: list[ForwardAsk],
+                    logits: list[torch.Tensor | None]) -> list[WindowUpdate | None]:
     """Each row's answer to its forward: the rule's `WindowUpdate` for a decode forward, all rows decided at once
     (`llada.decide`), None for a cache forward."""
     deciding = [i for i, ask in enumerate(asks) if ask.logits]

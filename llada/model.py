@@ -97,12 +97,14 @@ class Attention(nn.Module):
         outs, at = [], 0
         for group in attention_groups(rows):  # a group's rows share their positions: one cos, sin (T, rotary)
             T, R = group[0].ids.shape[0], len(group)
-            qg, kg, vg = qkv[at:at + R * T].view(R, T, -1, self.head_dim).split_with_sizes([self.n_head, self.n_kv, self.n_kv], 2)
+            heads = qkv[at:at + R * T].view(R, T, -1, self.head_dim)  # (R, T, nH + 2 nKV, D)
+            qg, kg, vg = heads.split_with_sizes([self.n_head, self.n_kv, self.n_kv], 2)
             qg = norm_rope(self.query_layernorm, qg, cos[at:at + T], sin[at:at + T])  # (R, nH, T, D), contiguous
             kg = norm_rope(self.key_layernorm, kg, cos[at:at + T], sin[at:at + T])  # (R, nKV, T, D)
             vg = vg.transpose(1, 2).contiguous()  # (R, nKV, T, D)
             if group[0].cache is not None:  # earlier keys from each row's cache (at start 0 none)
-                kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)  # (R, nKV, S, D)
+                # (R, nKV, S, D)
+                kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
             outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
             at += R * T

@@ -1,7 +1,11 @@
-"""Shared test fixtures: the reference checkpoint, and a tiny random model with a real tokenizer.
+"""Shared test fixtures: the reference checkpoint, and a tiny random model with a real tokenizer; the markers.
 
 Sizes are odd on purpose (vocab from a small BPE, hidden 48, 3 heads) so that shape bugs fail loudly.
 Real LLaDA2.1-mini: hidden 2048, 20 layers, 256 experts top-8.
+
+Markers (pytest.ini), given here by file: `browser` (drives Chromium), `slow` (a file that takes a minute or
+more on 2 shared cores: soaks, training runs, HumanEval, sweeps through the app), `gpu` (needs CUDA: skipped
+without it). The loop while editing is `python -m pytest -m "not browser and not slow"`.
 """
 
 from __future__ import annotations
@@ -11,11 +15,58 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# idle OpenMP threads sleep instead of spinning: on shared cores (parallel workers, the browser, servers) a
+# spinning thread takes the core its partner needs (a two-thread test ran 25 s passive, minutes spinning)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():  # no GPU: Triton kernels run under the CPU interpreter (set before import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared cores only slow them down
+
+
+BROWSER = "test_browser"  # file names starting so drive Chromium
+SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on 2 shared cores, --durations)
+    "test_engine_select.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_graphs.py::test_fast_engine_static_path_reproduces_the_golden_trace": "the same, on the static path",
+    "test_kernels_aot.py": "every kernel compiled for three GPUs through ptxas",
+    "test_kernels_census.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_fused_ops.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_moe.py": "Triton kernels run by the CPU interpreter",
+    "test_kernels_poison.py": "Triton kernels run by the CPU interpreter, every address checked",
+    "test_bench_decode.py": "a benchmark's smoke run",
+    "test_bench_kernels.py": "a benchmark's smoke run (interpreted kernels, tuning)",
+    "test_bench_load.py": "a benchmark's smoke run: a replica written and loaded in a fresh process",
+    "test_bench_stream.py": "a benchmark's smoke run on the embedded model",
+    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact": "every mode of the embedded model, in float64",
+    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact_on_two_threads": "the same, on two threads",
+    "test_batch_eval.py": "evaluations run batched and one by one",
+    "test_fp8_checkpoint.py": "checkpoint conversions in fresh processes",
+    "test_replica.py": "replica checkpoints written and loaded",
+    "test_humaneval.py": "HumanEval runs of the embedded model",
+    "test_humaneval_agree.py": "HumanEval+ scored by this harness and by EvalPlus",
+    "test_humaneval_task.py": "HumanEval items decoded and run in the sandbox",
+    "test_train_run.py": "training runs",
+    "test_memory_soak.py": "a soak: repeated visits while the heap is watched",
+    "test_soak.py": "a soak: visitors against a served app",
+    "test_reliability.py": "the app under many and concurrent sessions",
+    "test_zerogpu.py": "the Space's app started in a fresh process",
+}
+GPU_REASON = "needs a CUDA GPU"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its file (browser, slow), and skip the `gpu` ones where torch sees no CUDA."""
+    for item in items:
+        name = item.path.name
+        if name.startswith(BROWSER):
+            item.add_marker(pytest.mark.browser)
+        if name in SLOW or f"{name}::{item.originalname}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+        gpu = item.get_closest_marker("gpu")
+        if gpu is not None and not torch.cuda.is_available():
+            item.add_marker(pytest.mark.skip(reason=gpu.kwargs.get("reason", GPU_REASON)))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -28,6 +79,15 @@ def generous_budget():
     runs.BUDGET = runs.Budget(forwards=before.forwards, seconds=600.0)
     yield
     runs.BUDGET = before
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    """Each test starts on the thread count set above: the benchmarks' `--threads` sets a process-wide value."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "llada2_tiny_ref"
 

@@ -5,9 +5,9 @@
 
 Each plant removes (or widens) the mask of one load or store of one kernel, or reads a weight with
 another tensor's stride. A plant is caught when `tests/test_kernels_poison.py` or
-`tests/test_kernels_fused_ops.py` (the same poisoned inputs and address check) fails on it; the earlier kernel tests passed several of these (a read
-multiplied by a masked zero changes nothing but is still out of bounds on a GPU). Not a test module
-itself (pytest collects test_*.py only): a check of the poison tests.
+`tests/test_kernels_fused_ops.py` (the same poisoned inputs and address check) fails on it; the earlier
+kernel tests passed several of these (a read multiplied by a masked zero changes nothing but is still out of
+bounds on a GPU). Not a test module itself (pytest collects test_*.py only): a check of the poison tests.
 """
 
 import shutil

@@ -64,7 +64,8 @@ EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of di
     ("import os\n\ndef list_files(path):\n    \"\"\"Return the files under path.\"\"\"\n", "Q", {"gen_length": 40}),
     ("def reverse(s):", "S", {"use_cache": False}),
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
-    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),  # an MBE edit repairs block 1 (Learn's lesson 4)
+    # an MBE edit repairs block 1 (Learn's lesson 4)
+    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),
     ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
     ("def double(x):", "S", {"temperature": 0.8, "top_k": 20, "seed": 3}),  # sampled beside greedy rows
 ]
@@ -108,7 +109,7 @@ def test_embedded_model_mixed_batch_is_bit_exact_on_two_threads(embedded, dtype)
 def test_forward_rows_gives_each_row_its_lone_logits_and_cache(ref_model):
     """Windows of different lengths and positions over their own caches: one call equals one call per row."""
     torch.manual_seed(0)
-    V, B = ref_model.config.vocab_size, 8
+    V = ref_model.config.vocab_size
     specs = [(0, 24, 8), (16, 24, 16), (8, 16, 0), (0, 5, 3), (32, 40, 24)]  # (lo, hi, committed prefix)
 
     def rows():

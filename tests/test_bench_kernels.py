@@ -12,13 +12,6 @@ from llada.fast.kernels import configs
 needs_triton = pytest.mark.skipif(not kernel_pkg.triton_available(), reason="triton is not installed")
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()  # the bench's --threads sets a process-wide value
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_kernels_bench_smoke_with_reference_kernels(tmp_path, capsys):
     out = tmp_path / "kernels.json"
     assert kernels.main(["--smoke", "--tokens", "1", "8", "--iters", "1", "--threads", "1", "--out", str(out)]) == 0

@@ -17,8 +17,7 @@ import pytest
 
 from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
 
-from ui_helpers import free_port  # noqa: E402
-from ui.demo import LOOK  # noqa: E402
+from ui_helpers import serve  # noqa: E402
 
 
 GRID = {"tau_masks": ["0.5", "0.9"], "tau_edits": ["off", "0.5"], "tasks": ["add"], "n": 1, "block_length": 8}
@@ -65,10 +64,7 @@ def app_url(tiny_model_dir, tmp_path_factory, cache_dir):
     model = Path(shutil.copytree(tiny_model_dir, tmp_path_factory.mktemp("explorer") / "tiny-with-presets"))
     write_presets(FAST_PRESETS, model)
     demo = explorer_app(model, cache_dir)
-    port = free_port()
-    demo.queue(max_size=16, default_concurrency_limit=8).launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
-    yield f"http://127.0.0.1:{port}/"
+    yield serve(demo)
     demo.close()
 
 
@@ -236,13 +232,17 @@ def test_stop_ends_a_sweep_and_keeps_its_points(browser, app_url):
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 def test_screenshots(browser, app_url, dark):
+    """The explorer in each theme, on a desktop and then on a phone: every point drawn, the page in the theme
+    asked for, and on the phone no sideways scroll."""
     page = open_explorer(browser, app_url, "desktop", dark)
     measured(page)
-    chart_points(page)
+    assert len(chart_points(page)) == POINTS and table_rows(page) == POINTS
+    assert page.evaluate("document.body.classList.contains('dark')") == dark
     theme = "dark" if dark else "light"
     page.screenshot(path=str(ARTIFACTS / f"explorer-desktop-{theme}.png"), full_page=True)
     page.set_viewport_size(VIEWPORTS["phone"])
     page.wait_for_function("document.querySelector('#explorer-chart .main-svg').getBoundingClientRect().width"
                            " <= window.innerWidth", timeout=60_000)  # Plotly resizes the chart to the new width
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(ARTIFACTS / f"explorer-phone-{theme}.png"), full_page=True)
     page.close()

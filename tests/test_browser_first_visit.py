@@ -3,7 +3,7 @@
 What a visitor who only clicks sees: the prompt and Generate above the fold, examples that run when
 clicked, the canvas in view, the run replayed slowly afterwards, a canvas that reads in either theme,
 the confidence heatmap, S vs Q with a verdict, and the keyboard shortcut. Screenshots go to
-tests/artifacts/ (not versioned); the README links the ones in docs/screenshots/.
+tests/artifacts/ (not versioned); the README and docs/playground.md link the ones in docs/screenshots/.
 """
 
 from __future__ import annotations

@@ -163,7 +163,8 @@ def test_s_vs_q_side_by_side_with_a_verdict_in_either_theme(page, lessons):
     stacked = page.viewport_size["width"] < 500  # a phone stacks the two runs
     page.wait_for_function("""stacked => {
         const [a, b] = ['#canvas-learn', '#canvas-learn-b'].map(i => document.querySelector(i).getBoundingClientRect());
-        const side = stacked ? b.top >= a.bottom - 1 && a.width > 300 : Math.abs(a.top - b.top) < 2 && b.left > a.right - 1;
+        const side = stacked ? b.top >= a.bottom - 1 && a.width > 300
+                             : Math.abs(a.top - b.top) < 2 && b.left > a.right - 1;
         return side && document.documentElement.scrollWidth <= window.innerWidth;  // and no sideways scroll
     }""", arg=stacked, timeout=90_000)
     ink = page.evaluate(f"getComputedStyle({NARRATION}).color")

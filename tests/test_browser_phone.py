@@ -78,7 +78,8 @@ def unreadable_columns(page, elem_id: str, names: list[str]) -> list[str]:
         return {names!r}.filter(name => {{
             const k = heads.findIndex(h => h.innerText.trim() === name);
             if (k < 0) return true;
-            const cells = [heads[k], document.querySelector('#{elem_id} [role=gridcell][data-row="0"][data-col="' + k + '"]')];
+            const first = '#{elem_id} [role=gridcell][data-row="0"][data-col="' + k + '"]';
+            const cells = [heads[k], document.querySelector(first)];
             return cells.some(c => {{
                 if (!c || !c.getClientRects().length) return true;
                 const r = c.getBoundingClientRect();

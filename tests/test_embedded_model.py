@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,18 +25,28 @@ def test_checkpoint_is_small_and_a_real_moe(pipe):
 
 
 def test_presets_are_the_models_own(pipe):
-    for mode in ("S", "Q", "M2T"):
-        assert (MODEL / "presets.json").exists()
-        pipe.config(mode)  # valid
+    """Each mode decodes with the settings of assets/model/presets.json (its EOS early stop is not the official
+    table's)."""
+    shipped = json.loads((MODEL / "presets.json").read_text())
+    assert set(shipped) == {"S", "Q", "M2T"}
+    for mode, settings in shipped.items():
+        cfg = pipe.config(mode)
+        assert {key: getattr(cfg, key) for key in settings} == settings, mode
     assert pipe.config("M2T").editing_threshold is None
     assert pipe.config("S").threshold < pipe.config("Q").threshold
 
 
 def test_generates_code_and_stops(pipe):
-    result = pipe.generate(pipe.encode("def fibonacci(n):\n"), pipe.config("S", gen_length=64))
+    prompt = pipe.encode("def fibonacci(n):\n")
+    result = pipe.generate(prompt, pipe.config("S", gen_length=64))
     text = pipe.decode_text(result.output_ids)
     assert result.output_ids and text.strip()
     assert result.num_decode_forwards < 64  # drafting fills several tokens per forward
+    # it stops: an EOS ends the answer inside the first block of 32, and the preset's EOS early stop decodes no
+    # block after it (the same run without the early stop goes on to the second block)
+    assert pipe.eos_id in result.output_ids and len(result.output_ids) <= 32
+    full = pipe.generate(prompt, pipe.config("S", gen_length=64, eos_early_stop=False))
+    assert full.output_ids == result.output_ids and result.num_decode_forwards < full.num_decode_forwards
 
 
 def test_a_function_opening_gets_a_body_that_parses(pipe):

@@ -126,8 +126,8 @@ def test_a_decode_that_differs_from_the_reference_falls_back_and_says_where(mode
 
 def _cli(*extra, env=None):
     args = [sys.executable, "-m", "llada", "generate", "--model", str(ROOT / "tests/fixtures/llada2_tiny_ref"),
-            "--prompt-ids", "33,243,171", "--gen-length", "4", "--block-length", "4", "--mask-id", "258", "--eos-id", "257", "--json",
-            *extra]
+            "--prompt-ids", "33,243,171", "--gen-length", "4", "--block-length", "4", "--mask-id", "258",
+            "--eos-id", "257", "--json", *extra]
     return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
                           stdin=subprocess.DEVNULL)
 

@@ -13,7 +13,8 @@ from code_corpus import write_tree
 
 KEYS = {"threshold", "editing_threshold", "accuracy", "tpf", "tps", "edits_per_100", "tasks"}  # UI_CONTRACT.md
 ADDED = {"mbe_runs"}  # added beside them: share of block-crossing runs in which MBE edited an earlier block
-CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "multi_line", "tpf", "tps", "edits_per_100", "mbe_runs"}
+CODE_KEYS = {"threshold", "editing_threshold", "parses", "in_scope", "multi_line", "tpf", "tps", "edits_per_100",
+             "mbe_runs"}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def test_code_track_scores_what_the_model_wrote(pipe, held_out, monkeypatch):
     decode = codetrack.decode_texts
 
     def decode_texts(pipe_, prompts, cfg, batch, progress=None):
-        fake = [{0: item.body, 1: "    return undefined_name\n"}.get(i, "    return (\n") for i, item in enumerate(held_out)]
+        fake = [{0: item.body, 1: "    return undefined_name\n"}.get(i, "    return (\n")
+                for i, item in enumerate(held_out)]
         return [(text, trace, s) for text, (_, trace, s) in zip(fake, decode(pipe_, prompts, cfg, batch, progress))]
 
     monkeypatch.setattr(codetrack, "decode_texts", decode_texts)

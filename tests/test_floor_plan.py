@@ -2,10 +2,11 @@
 
 Every `import` statement counts, wherever it is (module level, inside a function, under
 `if __name__ == "__main__"`): a circle closed only by a command-line entry point is still a circle.
-The rules (README, "Files"): the engine (`llada/`) never imports `ui`, `gradio` or `plotly`; the tab
+The rules (README, "Layout"): the engine (`llada/`) never imports `ui`, `gradio` or `plotly`; the tab
 folders `ui/playground/`, `ui/learn/` and `ui/explorer/` never import each other; the renderers in
 `ui/render/` are pure (no `gradio`, no tab folder); the shared rooms of `ui/` import no tab folder; the
-measurements in `ui/bench/` drive the app, so they may import the tabs, and nothing outside them imports them; training (`llada/train/`) and evaluation (`llada/eval/`)
+measurements in `ui/bench/` drive the app, so they may import the tabs, and nothing outside them imports them; training
+(`llada/train/`) and evaluation (`llada/eval/`)
 both read their tasks and code from `llada/data/` and never import each other, with no exception: the
 training command's last steps (evaluate the saved model, write its card) live above both, in `llada/card/`.
 The engine is a flat core (`llada/*.py`, at most 16 modules) with two wings: the fast paths (`llada/fast/`:

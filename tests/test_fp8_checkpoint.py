@@ -1,5 +1,5 @@
-"""FP8 checkpoints (`python -m llada.weights.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for bit what
-quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
+"""FP8 checkpoints (`python -m llada.weights.fp8_checkpoint SRC DST`): written once, loaded as FP8 directly, bit for
+bit what quantizing at load gives; refused where they cannot fit or where the GPU has no FP8."""
 
 import json
 import subprocess
@@ -98,8 +98,8 @@ def test_an_expert_stored_in_another_dtype_or_another_format_is_refused(tmp_path
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "llada.weights.fp8_checkpoint", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, "-m", "llada.weights.fp8_checkpoint", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
 
 
 def test_the_command_writes_once_and_refuses_in_one_error_line(tmp_path, fixture_dir):

@@ -16,7 +16,7 @@ from llada.fast.kernels.launch import count_launches
 from llada.model import block_causal_mask
 from golden_cases import case_config
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+needs_cuda = pytest.mark.gpu(reason="CUDA graphs need a GPU")
 
 
 WINDOWS = {  # (lo, hi, groups_hi) with block length 4 over a cache of 24: the loop's three kinds of forward
@@ -61,7 +61,8 @@ def test_static_mask_is_the_dynamic_rule_over_all_slots(ref_model):
 @pytest.mark.parametrize("index", [0, 6])  # two prompt-only blocks to prefill; EOS early stop
 def test_static_path_reproduces_golden_traces(ref_model, golden, index):
     case = golden["generate"][index]
-    r = generate(ref_model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="static")
+    ids = golden["mask_id"], golden["eos_id"]
+    r = generate(ref_model, case["prompt_ids"], case_config(case), *ids, forward="static")
     assert r.output_ids == case["output_ids"] and r.num_decode_forwards == case["num_forwards"]
     assert r.block_states_before_each_forward() == case["block_states_before_each_forward"]
 
@@ -136,7 +137,8 @@ def test_a_host_sync_inside_the_forward_is_seen(ref_model, op, name):
     hook = ref_model.layers[0].attention.register_forward_hook(sync)
     try:
         with torch.inference_mode(), count_launches() as count:
-            StepGraphs(ref_model, ref_model.new_cache(8), 4, capture=False)(torch.zeros(1, 4, dtype=torch.long), 0, 4, 0)
+            graphs = StepGraphs(ref_model, ref_model.new_cache(8), 4, capture=False)
+            graphs(torch.zeros(1, 4, dtype=torch.long), 0, 4, 0)
     finally:
         hook.remove()
     assert name in count.syncs
@@ -149,8 +151,9 @@ def test_graph_path_matches_static_path_on_cuda(fixture_dir, golden):
 
     model = quantize_model_fp8(load_model(fixture_dir).cuda(), impl="triton")
     case = golden["generate"][2]
-    static = generate(model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="static")
-    graph = generate(model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"], forward="graph")
+    ids = golden["mask_id"], golden["eos_id"]
+    static = generate(model, case["prompt_ids"], case_config(case), *ids, forward="static")
+    graph = generate(model, case["prompt_ids"], case_config(case), *ids, forward="graph")
     assert graph.output_ids == static.output_ids  # the same kernels, replayed instead of launched
     assert graph.block_states_before_each_forward() == static.block_states_before_each_forward()
 

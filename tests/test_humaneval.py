@@ -2,7 +2,7 @@
 
 The evaluator tests run real programs in the sandbox on a subset of the real problems (chosen for a
 float atol, HumanEval/32's oracle, outputs long enough to travel as digests, and quick canonical runs);
-the full 164 (canonical: 164/164 on both) is the README's command.
+the full 164 (canonical: 164/164 on both) is docs/humaneval.md's command.
 """
 
 from __future__ import annotations

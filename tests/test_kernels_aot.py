@@ -5,8 +5,8 @@ whole process, and Triton must not be in interpreter mode there). It compiles, f
 an L4 (sm89) and an H100 (sm90), the launches the engine makes at M = 1, 8, 32, 128, 512 and 2048
 tokens of the LLaDA2.1-mini shape with the tile configuration `choose_config` picks for that GPU:
 the router, sort, k-sum, the fused norms (RMSNorm + residual, QK-norm + RoPE) and small ops (q/k/v
-into the KV cache, silu * up, the window's mask), the bf16 fused MoE everywhere, and where the GPU has FP8 (sm89, sm90) the
-FP8 fused MoE, quantizers and FP8 linear, through ptxas to a cubin. Triton's on-disk cache makes
+into the KV cache, silu * up, the window's mask), the bf16 fused MoE everywhere, and where the GPU has FP8
+(sm89, sm90) the FP8 fused MoE, quantizers and FP8 linear, through ptxas to a cubin. Triton's on-disk cache makes
 later runs take seconds; a cold run compiles ~70 specializations (a few minutes of one core).
 """
 
@@ -30,8 +30,8 @@ def report() -> list[dict]:
     if not kernels.triton_available():
         pytest.skip("triton is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "llada.fast.kernels.aot", "--json", "-"], capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=1800)
+    run = subprocess.run([sys.executable, "-m", "llada.fast.kernels.aot", "--json", "-"], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
 

@@ -143,7 +143,7 @@ def test_counter_ignores_views_and_counts_launch_records():
     assert count.aten == ["add", "sum"] and count.triton == []
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA profiler counts device kernels on a GPU")
+@pytest.mark.gpu(reason="the CUDA profiler counts device kernels on a GPU")
 @needs_triton
 def test_profiler_sees_the_same_eight_kernels():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)

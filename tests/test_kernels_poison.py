@@ -14,7 +14,8 @@ hide it) or a huge finite value (which NaN-dropping max reductions would otherwi
 and for index tensors an id far out of range. The kernels run under Triton's interpreter on CPU
 (compiled on a GPU) at tiny odd shapes with partial 128-tiles, and their outputs must match the
 PyTorch reference computed on clean, contiguous tensors. A missing mask or a wrong stride turns the
-output non-finite or wrong here (README, "Poison tests": a planted missing mask is caught).
+output non-finite or wrong here (docs/gpu.md, "Tests that catch GPU-only faults on a CPU": a planted missing mask is
+caught).
 """
 
 import numpy as np
@@ -47,7 +48,8 @@ def bounds(monkeypatch):
     def init_args_checked(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
         tensors = [a for a in [*args_hst, *kwargs_hst.values()] if isinstance(a, torch.Tensor)]
-        valid["addresses"] = np.unique(np.concatenate([element_addresses(t) for t in tensors] or [[]])).astype(np.uint64)
+        addresses = np.concatenate([element_addresses(t) for t in tensors] or [[]])
+        valid["addresses"] = np.unique(addresses).astype(np.uint64)
         return args_hst, kwargs_hst
 
     def checked(access):
@@ -62,7 +64,8 @@ def bounds(monkeypatch):
         return run
 
     monkeypatch.setattr(interp.GridExecutor, "_init_args_hst", init_args_checked)
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load", checked(interp.InterpreterBuilder.create_masked_load))
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load",
+                        checked(interp.InterpreterBuilder.create_masked_load))
     monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_store",
                         checked(interp.InterpreterBuilder.create_masked_store))
     yield

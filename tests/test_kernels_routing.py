@@ -92,7 +92,7 @@ def test_router_kernels_match_the_model_router(name):
 
 
 @needs_triton
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 tensor-core logits need a GPU")
+@pytest.mark.gpu(reason="bf16 tensor-core logits need a GPU")
 def test_router_kernels_bf16_inputs():
     router, h = make_router(256, 8, 8, 4, 2048, seed=4)
     router = router.to(torch.bfloat16)

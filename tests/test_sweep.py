@@ -156,7 +156,9 @@ def test_each_decode_is_bounded_and_a_cut_one_counts_wrong(pipe):
                budget=Budget(forwards=2))[-1]
     (p,) = last.points
     assert p.cut == p.items == 2 and p.accuracy == 0.0
-    assert p.tpf <= 1.0  # tau_mask 1.0 drafts one token per forward (nothing passes p > 1)
+    # cut after its 2 forwards: tau_mask 1.0 drafts one token per forward (nothing passes p > 1), so the first
+    # block of 8 holds 2 tokens and 6 masks and no token is output (a third forward would give TPF 1/6 or more)
+    assert p.tpf == 0.0 and p.tasks == {"add": {"accuracy": 0.0, "tpf": 0.0}, "sort": {"accuracy": 0.0, "tpf": 0.0}}
 
 
 def test_a_sweep_out_of_time_stops_and_says_so(pipe):

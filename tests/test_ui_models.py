@@ -67,7 +67,8 @@ def test_a_model_that_does_not_fit_is_not_offered_and_says_why(tmp_path, tiny_mo
     assert models.names() == ["tiny-random"]
     (withheld,) = models.withheld
     assert withheld.name == "inclusionAI/LLaDA2.1-mini"
-    assert "not offered on this CPU machine: the weights need 30.3 GiB in bfloat16 but cpu has 16.0 GiB" in withheld.reason
+    assert ("not offered on this CPU machine: the weights need 30.3 GiB in bfloat16 but cpu has 16.0 GiB"
+            in withheld.reason)
     assert "inclusionAI/LLaDA2.1-mini: not offered" in models.note()
     with pytest.raises(ValueError, match="model 'inclusionAI/LLaDA2.1-mini' is not offered: .*30.3 GiB"):
         models.path_of("inclusionAI/LLaDA2.1-mini")

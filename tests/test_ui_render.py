@@ -22,7 +22,8 @@ def test_stats_and_edit_log():
     log = tables.edit_log(trace)
     assert log["kind"].tolist() == ["T2T", "MBE"] and log["position"].tolist() == [3, 3]
     shown = visible(TEXTS[NL])  # a line break and spaces, drawn so the cell is not blank
-    assert shown.strip() and log["old"].tolist() == [visible(TEXTS[HTML]), shown] and log["new"].tolist() == [shown, TEXTS[EOS]]
+    assert shown.strip() and log["old"].tolist() == [visible(TEXTS[HTML]), shown]
+    assert log["new"].tolist() == [shown, TEXTS[EOS]]
     assert len(trace.edit_events()) == 2
     assert "forwards 6" in tables.stats_line(trace) and "MBE edits 1" in tables.stats_line(trace)
     line = "engine: reference (the fast engine failed its self-check (M = 1: <x> & y); running the PyTorch reference)"
@@ -86,7 +87,8 @@ def test_verdict_and_correctness_of_checkable_prompts():
     fast.finish(text="3")
     slow.finish(text="2")
     assert tables.correctness(fast) == "wrong" and tables.correctness(slow) == "right"
-    assert tables.verdict(("S", fast), ("Q", slow)) == "S: 1.2× fewer forwards than Q (TPF 0.17 vs 0.14), S wrong, Q right"
+    verdict = tables.verdict(("S", fast), ("Q", slow))
+    assert verdict == "S: 1.2× fewer forwards than Q (TPF 0.17 vs 0.14), S wrong, Q right"
 
 
 def test_output_notes_explain_empty_cut_and_stopped_outputs():

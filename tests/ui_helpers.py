@@ -52,17 +52,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve(demo, tries: int = 5) -> str:
+    """Launch `demo` in this process, queued as the app queues it, on a free local port; returns its URL.
+
+    A port another process takes between `free_port()` and the launch (tests run in parallel workers) is
+    given up for another one."""
+    from ui.demo import LOOK
+
+    for attempt in range(tries):
+        port = free_port()
+        try:
+            demo.queue(max_size=16, default_concurrency_limit=8).launch(
+                server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
+            return f"http://127.0.0.1:{port}/"
+        except OSError:
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def launch_app(model_dir, recordings: dict | None = None):
     """The playground on `model_dir` (or a `Models`), served in this process on a free port; returns (demo, url)."""
-    from ui.demo import LOOK, build_demo
+    from ui.demo import build_demo
     from ui.models import Models
 
     models = model_dir if isinstance(model_dir, Models) else Models([str(model_dir)])
     demo = build_demo(models, recordings=recordings or {})
-    port = free_port()
-    demo.queue(max_size=16, default_concurrency_limit=8).launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
-    return demo, f"http://127.0.0.1:{port}/"
+    return demo, serve(demo)
 
 
 def shipped_app(cache_dir, recordings: dict | None = None):

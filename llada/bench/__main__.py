@@ -1,4 +1,7 @@
-"""`python -m llada.bench NAME [options]`: run one benchmark (decode, batch, split, stream, versus, kernels, forward, load, gpu-check, train)."""
+"""`python -m llada.bench NAME [options]`: run one benchmark.
+
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, gpu-check, train.
+"""
 
 from __future__ import annotations
 

@@ -26,7 +26,6 @@ the setting it ran under.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -41,7 +40,7 @@ from ..config import DecodeConfig, ModelConfig
 from ..trace import Trace
 from .decode import MINI_PROPORTIONS
 from .forward import random_model
-from .timing import device_info, sync
+from .timing import device_info, start, sync, write_report
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "assets" / "model"
 RANDOM_86M = MINI_PROPORTIONS | {"vocab_size": 157184, "num_hidden_layers": 4}
@@ -136,15 +135,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = start(args.threads)
     report = device_info(device) | {"bench": "batch", "threads": torch.get_num_threads(),
                                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "rows": args.rows,
                                     "repeats": args.repeats, "models": [bench_model(m, args, device)
                                                                         for m in args.models]}
-    out = Path(args.out or f"bench/results/batch-{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/batch-{device.type}.json")
     for m in report["models"]:
         line = ", ".join(f"B={s}: {v:.1f}" for s, v in m["median_tokens_per_s"].items())
         print(f"{m['model']}: median aggregate tokens/s {line}; vs B=1: {m['speedup_vs_b1']}")
@@ -153,6 +149,7 @@ def main(argv: list[str]) -> int:
 
 
 def _line(name: str, r: dict) -> str:
-    return (f"{name} B={r['batch']:2d}: {r['tokens_per_s']:8.1f} tokens/s, {r['tokens']} tokens in {r['seconds']:.2f} s, "
-            f"{r['model_calls']} model calls, row latency mean {r['latency_mean_s']:.3f} s p90 {r['latency_p90_s']:.3f} s, "
+    return (f"{name} B={r['batch']:2d}: {r['tokens_per_s']:8.1f} tokens/s, {r['tokens']} tokens in "
+            f"{r['seconds']:.2f} s, {r['model_calls']} model calls, row latency mean {r['latency_mean_s']:.3f} s "
+            f"p90 {r['latency_p90_s']:.3f} s, "
             f"same outputs as B=1: {r['outputs_equal_b1']}")

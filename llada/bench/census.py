@@ -3,7 +3,8 @@
 A CUDA graph removes the host's launch overhead but not the device's: every kernel in the graph still
 costs a launch gap of a few microseconds, so a forward of 1,400 tiny kernels loses milliseconds to
 gaps alone. This census runs the decode loop's static forward (`llada.fast.graphs.StepGraphs`, the very
-code a graph records) twice and counts its second call (the one a graph records) under `count_launches` and splits the count by part of the model:
+code a graph records) twice and counts its second call (the one a graph records) under `count_launches` and splits the
+count by part of the model:
 
     prologue    attention mask, RoPE tables read by position, embedding (once per forward)
     layers      one count per decoder layer (attention + FFN: dense SwiGLU or MoE)
@@ -103,7 +104,8 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the kernels run on the CPU
     c = decode_census(mini_like())
     print(f"prologue {c.prologue}  layers {c.layers}  epilogue {c.epilogue}  total {c.total} "
-          f"(Triton {c.triton})  scaled to {MINI_LAYERS} layers: {c.scaled(MINI_LAYERS)}  host syncs: {c.syncs or 'none'}")
+          f"(Triton {c.triton})  scaled to {MINI_LAYERS} layers: {c.scaled(MINI_LAYERS)}  "
+          f"host syncs: {c.syncs or 'none'}")
     for name, n in c.ops.most_common():
         print(f"{n:6d}  {name}")
     return 0

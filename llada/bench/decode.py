@@ -17,9 +17,7 @@ sizes (random weights, bf16; FP8 routed experts with `--quantize fp8`), for a GP
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -30,7 +28,7 @@ from ..fast.engine import use_engine
 from ..model import LLaDA2MoE
 from ..fast.quantize import quantize_model_fp8
 from .forward import SHAPES, random_model
-from .timing import device_info, sync
+from .timing import device_info, start, sync, write_report
 
 MINI_PROPORTIONS = {"vocab_size": 8192, "hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4,
                     "num_key_value_heads": 1, "head_dim": 64, "partial_rotary_factor": 0.5,
@@ -80,9 +78,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = start(args.threads)
     paths = args.forward or (["dynamic", "graph"] if device.type == "cuda" else ["dynamic"])
     model, sizes = build_model(args.shape, device, args.quantize)
     prompt = torch.randint(0, model.config.vocab_size - 2, (args.prompt_length,),
@@ -99,9 +95,7 @@ def main(argv: list[str]) -> int:
         "bench": "decode", "threads": torch.get_num_threads(), "shape": args.shape, "model": sizes,
         "dtype": str(model.dtype).removeprefix("torch."), "quantize": args.quantize,
         "prompt_length": args.prompt_length, "runs": runs, "cache_speedup": speedup}
-    out = Path(args.out or f"bench/results/decode-{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/decode-{device.type}.json")
     for g, s in speedup.items():
         print(f"gen_length {g}: cached run ({paths[0]}) {s:.2f}x faster than uncached")
     print(f"wrote {out}")

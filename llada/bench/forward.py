@@ -21,9 +21,7 @@ Without CUDA it runs a smoke-size model (static forward, no graph) and says so i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import torch
 
@@ -34,7 +32,7 @@ from ..fast.kernels import IMPLS, resolve_impl
 from ..fast.kernels.launch import count_launches
 from ..model import LLaDA2MoE, block_causal_mask
 from ..fast.quantize import FP8Experts, quantize_model_fp8
-from .timing import copy_gb_per_s, device_info, time_ms
+from .timing import copy_gb_per_s, device_info, start, time_ms, write_report
 
 PAPER_TPS = 1586.93  # LLaDA2.1-mini peak, HumanEval+, TPF 12.32
 TPFS = (5.34, 12.32)  # S-mode average and the HumanEval+ peak
@@ -118,9 +116,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = start(args.threads)
     smoke = args.smoke or device.type != "cuda"
     shape_name, prefix = ("smoke", min(args.prefix, 64)) if smoke else (args.shape, args.prefix)
     iters = args.iters or (2 if smoke else 20)
@@ -142,9 +138,7 @@ def main(argv: list[str]) -> int:
                "dtype": str(dtype).removeprefix("torch."), "quantize": args.quantize, "impl": args.impl,
                "block": args.block, "prefix": prefix, "report_tps": PAPER_TPS, "engine": vars(engine),
                "tps_at_tpf": {str(t): t / (report["forward_ms"] / 1e3) for t in TPFS}}
-    out = Path(args.out or f"bench/results/forward-{device.type}{'-smoke' if smoke else ''}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/forward-{device.type}{'-smoke' if smoke else ''}.json")
     print(f"[forward] {report['forward_ms']:.3f} ms per forward ({report['path']}); TPS at TPF {TPFS}: "
           f"{[round(r, 1) for r in report['tps_at_tpf'].values()]} (report: {PAPER_TPS}); wrote {out}",
           file=sys.stderr)

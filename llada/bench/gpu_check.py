@@ -13,8 +13,8 @@ Steps, each in its own process so that one failure never stops the rest (their J
     forward     one mini-shaped forward (32-token block over 1,024 cached): CUDA graph vs eager
     decode      the decode loop at the mini's shape, FP8 experts: dynamic forward vs CUDA graphs
 
-Then each figure is printed next to what it should be (`expectations`): the targets of the README's
-"Benchmarks" section and the per-kernel estimates of its "Per-kernel estimates" table, which are
+Then each figure is printed next to what it should be (`expectations`): the targets in docs/gpu.md
+("Targets") and the per-kernel estimates of its "Per-kernel estimates" table, which are
 estimates on paper, not measurements. Without CUDA it says so in one line and exits with status 2.
 """
 
@@ -33,7 +33,7 @@ TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/test_k
          "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_kernels_census.py",
          "tests/test_graphs.py", "tests/test_quantize.py", "tests/test_engine_select.py"]
 STEPS = ("self-check", "tests", "tune", "kernels", "forward", "decode")
-H200_FORWARD_MS = 3.9  # the forward target on an H200 (README, Benchmarks); scaled by copy bandwidth elsewhere
+H200_FORWARD_MS = 3.9  # the forward target on an H200 (docs/gpu.md, "Targets"); scaled by copy bandwidth elsewhere
 H200_COPY_GB_S = 4000.0  # ~83% of the H200's 4.8 TB/s peak: what a device copy reaches (estimate)
 SHARE_TARGET = 0.70  # the MoE layer at M = 32 streams its weights at >= 70% of the copy bandwidth
 

@@ -43,7 +43,7 @@ from ..fast.kernels import configs
 from ..fast.kernels.launch import run
 from ..fast.kernels.reference import rel_rmse
 from ..model import Experts
-from .timing import copy_gb_per_s, device_info, graphed, time_ms
+from .timing import copy_gb_per_s, device_info, graphed, start, time_ms, write_report
 
 SHAPES = {  # hidden H, expert width I, experts E, experts per token K, router groups
     "llada2.1-mini": {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, "topk_group": 4},
@@ -72,7 +72,8 @@ def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str, weig
     experts.w2.normal_(0, I ** -0.5, generator=g)
     router_w = torch.randn(E, H, device=device, generator=g).to(dtype) * H ** -0.5
     if weights == "fp8":
-        fused = (*kernels.quantize_weight_fp8(experts.w13, impl=impl), *kernels.quantize_weight_fp8(experts.w2, impl=impl))
+        fused = (*kernels.quantize_weight_fp8(experts.w13, impl=impl),
+                 *kernels.quantize_weight_fp8(experts.w2, impl=impl))
     else:
         fused = (experts.w13, None, experts.w2, None)
     return Layer(experts, router_w, torch.zeros(E, device=device), fused)
@@ -94,7 +95,8 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 
 
 def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up, SiLU·mul, down)."""
+    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up,
+    SiLU·mul, down)."""
     from ..fast.kernels import fused_moe, router
 
     ids, weights, routing, _ = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
@@ -136,7 +138,8 @@ def bench_tokens(M: int, layer: Layer, shape: dict, impl: str, iters: int) -> di
     device, dtype = layer.router_w.device, layer.router_w.dtype
     x = layer_input(M, shape, device, dtype)
     ids, weights = route_reference(x, layer, shape)
-    row = {"tokens": M, "experts_touched": int(ids.unique().numel()), "weight_bytes": weight_bytes(ids, shape, layer.fp8)}
+    row = {"tokens": M, "experts_touched": int(ids.unique().numel()),
+           "weight_bytes": weight_bytes(ids, shape, layer.fp8)}
     row["layer_bytes"] = row["weight_bytes"] + layer.router_w.numel() * layer.router_w.element_size() + 2 * x.nbytes
     if impl == "triton":
         out, launches, gemm = fused_plan(x, layer, shape)
@@ -240,7 +243,8 @@ def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int
 
 def write_tuned(path: Path, shape: dict, rows: list[dict], info: dict, command: str, fp8: bool = True) -> None:
     table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
-    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"]) + ("" if fp8 else "-bf16")
+    key = configs.shape_key(shape["hidden"], shape["inner"], shape["experts"], shape["top_k"])
+    key += "" if fp8 else "-bf16"
     rows = [row for row in rows if row["gemm_ms"] is not None]  # a token count with nothing timed keeps the default
     kept = [r for r in table["shapes"].get(key, []) if r["tokens"] not in {row["tokens"] for row in rows}]
     table["shapes"][key] = sorted(kept + rows, key=lambda r: r["tokens"])
@@ -261,7 +265,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
     parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
     parser.add_argument("--tune-limit", type=int, default=None, help="only the first N candidates (smoke runs)")
-    parser.add_argument("--tune-out", default=None, help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
+    parser.add_argument("--tune-out", default=None,
+                        help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/kernels-<device>.json)")
     return parser.parse_args(argv)
@@ -269,9 +274,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = start(args.threads)
     smoke = args.smoke or device.type != "cuda"
     shape_name = "smoke" if smoke else args.shape
     shape, tokens = SHAPES[shape_name], args.tokens or ([1, 8, 32] if smoke else [1, 8, 32, 128, 512])
@@ -296,9 +299,7 @@ def main(argv: list[str]) -> int:
                      "shape": shape_name, "sizes": shape, "tokens": tokens, "copy_gb_per_s": copy, "rows": rows,
                      "timing": "do_bench, L2 flushed, CUDA graph" if device.type == "cuda" else "wall clock (smoke)",
                      "reference": "llada.model.Experts (loop over experts) in " + str(dtype).removeprefix("torch.")}
-    out = Path(args.out or f"bench/results/kernels-{device.type}{'-smoke' if smoke else ''}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/kernels-{device.type}{'-smoke' if smoke else ''}.json")
     print(f"[kernels] wrote {out}", file=sys.stderr)
     return 0
 

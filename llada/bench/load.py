@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from .timing import write_report
+
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 GIB = float(1 << 30)
 
@@ -70,9 +72,7 @@ def main(argv: list[str]) -> int:
     report = {"bench": "load", "date": date.today().isoformat(), "shape": None if args.model else args.shape,
               **json.loads(done.stdout.strip().splitlines()[-1])}
     suffix = "" if args.quantize == "none" else f"-{args.quantize}"
-    out = Path(args.out or f"bench/results/load-{args.device}{suffix}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/load-{args.device}{suffix}.json")
     print(summary(report) + f"; wrote {out}", file=sys.stderr)
     return 0
 

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -35,7 +33,7 @@ from .. import row_exact as row_exact_module
 from ..loop import Run
 from ..model import RowInput
 from .batch import workload
-from .timing import device_info
+from .timing import device_info, start, write_report
 
 
 @contextlib.contextmanager
@@ -157,7 +155,8 @@ def measure(size: int, model, prompts, cfg, mask_id, eos_id, repeats: int, inner
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llada.bench split", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--rows", type=int, default=96, help="the batch bench's workload to take the rows from (default 96)")
+    parser.add_argument("--rows", type=int, default=96,
+                        help="the batch bench's workload to take the rows from (default 96)")
     parser.add_argument("--repeats", type=int, default=20, help="alternations of the two ways (default 20)")
     parser.add_argument("--inner", type=int, default=10, help="forwards per alternation, best kept (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
@@ -172,8 +171,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    torch.set_num_threads(args.threads)
-    device = torch.device("cpu")
+    start(args.threads)
+    device = torch.device("cpu")  # the split of a CPU forward
     model, prompts, cfg, mask_id, eos_id = workload("embedded", args.rows, "S", device)
     sizes = [measure(s, model, prompts, cfg, mask_id, eos_id, args.repeats, args.inner) for s in args.sizes]
     large = round(large_product_rate(), 1)
@@ -187,9 +186,8 @@ def main(argv: list[str]) -> int:
               f"other {row['other_vs_first']}x")
     print(f"one 1024 x 1024 x 1024 product: {large:.0f} GFLOP/s on {torch.get_num_threads()} threads")
     report = device_info(device) | {"bench": "split", "threads": torch.get_num_threads(), "repeats": args.repeats,
-                                    "inner": args.inner, "rows": args.rows, "large_product_gflop_per_s": large, "sizes": sizes}
-    out = Path(args.out or "bench/results/split-cpu.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+                                    "inner": args.inner, "rows": args.rows, "large_product_gflop_per_s": large,
+                                    "sizes": sizes}
+    out = write_report(report, args.out, "bench/results/split-cpu.json")
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -12,17 +12,15 @@ seconds), TPF, and the machine's load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from .batch import EMBEDDED
-from .timing import device_info, sync
+from .timing import device_info, start, sync, write_report
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -61,9 +59,8 @@ def main(argv: list[str]) -> int:
     from ..pipeline import Pipeline
 
     args = parse(argv)
-    torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    pipe = Pipeline.load(args.model, device=device)
+    device = start(args.threads)
+    pipe = Pipeline.load(args.model, device=device.type)
     items = held_out_items(args.n, args.seed)
     if not items:
         print("no held-out functions found in the installed Python source", file=sys.stderr)
@@ -72,15 +69,14 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()[0]
     runs = time_runs(pipe, [pipe.encode(item.prompt) for item in items], cfg)
     tokens, seconds = sum(r["tokens"] for r in runs), sum(r["seconds"] for r in runs)
-    report = device_info(torch.device(device)) | {
+    report = device_info(device) | {
         "bench": "stream", "model": str(args.model), "mode": args.mode, "settings": cfg.to_dict(),
         "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "runs": runs, "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-        "aggregate_tokens_per_s": round(tokens / seconds, 2), "tpf": round(tokens / sum(r["forwards"] for r in runs), 3),
+        "aggregate_tokens_per_s": round(tokens / seconds, 2),
+        "tpf": round(tokens / sum(r["forwards"] for r in runs), 3),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
-    out = Path(args.out or f"bench/results/stream-{device}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, f"bench/results/stream-{device.type}.json")
     print(f"{args.mode} at gen_length {args.gen_length}, {len(runs)} runs one at a time on {report['threads']} "
           f"thread(s): median {report['median_tokens_per_s']:.1f} tokens/s, aggregate "
           f"{report['aggregate_tokens_per_s']:.1f}, TPF {report['tpf']:.2f}; wrote {out}")

@@ -7,18 +7,38 @@ median over the repetitions is reported. `graphed(fn)` records fn in a CUDA grap
 a side stream) and returns its replay, so that host launch overhead is measured the way the decode
 loop pays it. On CPU both fall back to wall-clock medians (smoke runs: the numbers only show that the
 path works). `device_info` is the header every JSON report carries: GPU, driver, CUDA, versions, date.
+Every benchmark's `main` opens with `start(threads)` (torch's thread count, the device) and ends with
+`write_report(report, out, default)` (the JSON under bench/results/ unless `--out` names another file).
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import subprocess
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
 import torch
+
+
+def start(threads: int | None) -> torch.device:
+    """A benchmark's opening: torch's CPU threads set to `threads` (None: torch's choice); the device it
+    measures, CUDA where there is one."""
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def write_report(report: dict, out: str | Path | None, default: str | Path) -> Path:
+    """Write `report` as indented JSON to `out` (the `--out` argument), else to `default`; returns the path."""
+    path = Path(out or default)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
 
 
 def sync(device: torch.device) -> None:

@@ -45,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .timing import device_info
+from .timing import device_info, write_report
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout
 TIMING_KEYS = frozenset({"tps", "seconds", "cpu_seconds", "calls", "calls_per_forward"})  # measures, not results
@@ -161,7 +161,9 @@ def versus(before: str, workload: str, repeats: int, model: Path, threads: int =
         finally:
             _git("worktree", "remove", "--force", str(old))
     same = without_timing(reports["before"][0]) == without_timing(reports["after"][0])
-    trees = {"trees": {name: [lone_measures(r) for r in reports[name]] for name in reports}} if workload == "single" else {}
+    trees = {}
+    if workload == "single":  # each tree's seconds per run and calls per forward, every run
+        trees = {"trees": {name: [lone_measures(r) for r in reports[name]] for name in reports}}
     shown = command(workload, Path(_shown(model)), Path("FRESH"), threads)
     if workload == "single":
         shown[shown.index(str(LONE))] = _shown(LONE)
@@ -233,9 +235,7 @@ def main(argv: list[str]) -> int:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out or ROOT / "bench" / "results" / f"versus-{args.workload}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args.out, ROOT / "bench" / "results" / f"versus-{args.workload}.json")
     wall, cpu = report["wall_s"], report["cpu_s"]
     print(f"{args.workload}: before {wall['median_before']:.1f} s, after {wall['median_after']:.1f} s wall "
           f"({wall['ratio']:.2f}x; CPU {cpu['ratio']:.2f}x); same results: {report['same_results']}; {out}")

@@ -62,7 +62,8 @@ def training_section(summary: dict, command: str) -> str:
         f"files found, {d['duplicates']:,} duplicates removed (content hash), dropped: {dropped}. Split by a hash of "
         f"the file path: **{d['train_files']:,} training files ({d['train_tokens']:,} tokens)** and "
         f"{d['held_out_files']:,} held-out files ({d['held_out_tokens']:,} tokens). From the training files: "
-        f"{d['window_rows']:,} window rows of {tc['code_length']} tokens and {d.get('function_rows', d['functions']):,} function rows "
+        f"{d['window_rows']:,} window rows of {tc['code_length']} tokens and "
+        f"{d.get('function_rows', d['functions']):,} function rows "
         f"(signature + docstring → body, {d['function_tokens']:,} tokens). Task mix: {tc['task_weights']}, "
         f"{100 * (1 - tc['code_share']):.0f}% of the steps.",
         "",

@@ -16,8 +16,8 @@ and `reference` scores the held-out functions' own bodies the same way: the ceil
 JSON, under the report's "code" key:
 
     {"n": N, "gen_length": G, "reference": {"parses": .., "in_scope": .., "multi_line": ..},
-     "modes": {"S": {"threshold": .., "editing_threshold": .., "parses": .., "in_scope": .., "multi_line": .., "tpf": ..,
-                     "tps": .., "edits_per_100": .., "mbe_runs": ..}, ...}}
+     "modes": {"S": {"threshold": .., "editing_threshold": .., "parses": .., "in_scope": .., "multi_line": ..,
+                     "tpf": .., "tps": .., "edits_per_100": .., "mbe_runs": ..}, ...}}
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def format_code_table(code: dict) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in code["modes"].items():
         cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['parses']:.1f}",
-                 f"{100 * m['in_scope']:.1f}", f"{100 * m.get('multi_line', 0):.1f}", f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
+                 f"{100 * m['in_scope']:.1f}", f"{100 * m.get('multi_line', 0):.1f}", f"{m['tpf']:.2f}",
+                 f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}", f"{100 * m['mbe_runs']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     ref = code["reference"]
     return (f"code track: {code['n']} held-out functions, gen_length {code['gen_length']} "

@@ -269,7 +269,8 @@ def compare(box: EvalPlusBox, samples: list[Sample], problems: list[Problem],
     ours_seconds = time.monotonic() - start
     ep, closing = run_evalplus(box, samples, args.evalplus_path, args.data, args.jobs, args.timeout)
     rows = [Row(s, o, e, refs[s.problem.task_id]) for s, o, e in zip(samples, ours, ep)]
-    return rows, closing, {"ours": round(ours_seconds, 1), "evalplus": round(time.monotonic() - start - ours_seconds, 1),
+    evalplus_seconds = time.monotonic() - start - ours_seconds
+    return rows, closing, {"ours": round(ours_seconds, 1), "evalplus": round(evalplus_seconds, 1),
                            "evalplus_groundtruth": closing["seconds_groundtruth"]}
 
 
@@ -292,7 +293,8 @@ def agree(samples: list[Sample], problems: list[Problem], args: argparse.Namespa
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="python -m llada.eval.evalplus_agree", description=__doc__.split("\n")[0])
-    ap.add_argument("--samples", nargs="+", required=True, help="EvalPlus samples files (task_id + solution/completion)")
+    ap.add_argument("--samples", nargs="+", required=True,
+                    help="EvalPlus samples files (task_id + solution/completion)")
     ap.add_argument("--evalplus-path", default=DEFAULT_PATH, help=f"where evalplus is installed ({INSTALL})")
     ap.add_argument("--data", default=str(DATA), help="the HumanEval+ file both read (default: shipped v0.1.10)")
     ap.add_argument("--jobs", type=int, default=2, help="programs checked at a time by each evaluator")

@@ -2,8 +2,8 @@
 
     python evalplus_child.py RESULT_FD job.json
 
-job.json: {"evalplus_path": DIR, "data": FILE (in the working directory), "samples": [NAME, ...], "jobs": N}. DIR holds the
-package (`pip install --no-deps --target DIR evalplus==0.3.1` and the few modules its evaluation
+job.json: {"evalplus_path": DIR, "data": FILE (in the working directory), "samples": [NAME, ...], "jobs": N}.
+DIR holds the package (`pip install --no-deps --target DIR evalplus==0.3.1` and the few modules its evaluation
 imports). This program is started by `llada.eval.evalplus_agree` inside bubblewrap, never on its own:
 EvalPlus runs each program in a `multiprocessing` child guarded only by `reliability_guard`.
 
@@ -71,7 +71,8 @@ def main(argv: list[str]) -> None:
             futures = []
             for line, sample in enumerate(load_solutions(name), 1):
                 task = sample["task_id"]
-                solution = sample["solution"] if "solution" in sample else problems[task]["prompt"] + sample["completion"]
+                solution = (sample["solution"] if "solution" in sample
+                            else problems[task]["prompt"] + sample["completion"])
                 futures.append((line, pool.submit(ev.check_correctness, "humaneval", line, problems[task], solution,
                                                   expected[task], False, True, sample["_identifier"],
                                                   ev.DEFAULT_MIN_TIME_LIMIT, ev.DEFAULT_GT_TIME_LIMIT_FACTOR)))

@@ -86,8 +86,8 @@ def format_table(report: dict) -> str:
     head = ["mode", "tau_mask", "tau_edit", "accuracy", "TPF", "TPS", "edits/100"] + [f"{t} acc \\| TPF" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in modes.items():
-        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['accuracy']:.1f}", f"{m['tpf']:.2f}",
-                 f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}"]
+        cells = [name, f"{m['threshold']:g}", tau_text(m['editing_threshold']), f"{100 * m['accuracy']:.1f}",
+                 f"{m['tpf']:.2f}", f"{m['tps']:.0f}", f"{m['edits_per_100']:.1f}"]
         cells += [f"{100 * m['tasks'][t]['accuracy']:.0f} \\| {m['tasks'][t]['tpf']:.2f}" for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     return f"model {report['model']}, seed {report['seed']}, n {report['n']} per task\n\n" + "\n".join(lines)

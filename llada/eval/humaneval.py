@@ -219,9 +219,12 @@ def score_completions(args) -> dict:
 def format_scores(scores: dict) -> str:
     base, plus = scores["base"], scores["plus"]
     kinds = Counter(p["error"] for p in scores["problems"] if p["error"])
-    line = lambda name, s: f"{name}: {s['passed']}/{s['total']} ({100 * s['passed'] / max(s['total'], 1):.2f}%)"
-    return "\n".join([line("HumanEval", base), line("HumanEval+", plus),
+    return "\n".join([_score_line("HumanEval", base), _score_line("HumanEval+", plus),
                       "failures: " + (", ".join(f"{k} {v}" for k, v in kinds.most_common()) or "none")])
+
+
+def _score_line(name: str, s: dict) -> str:
+    return f"{name}: {s['passed']}/{s['total']} ({100 * s['passed'] / max(s['total'], 1):.2f}%)"
 
 
 def run(args) -> dict:

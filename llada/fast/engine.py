@@ -18,7 +18,8 @@ blocks, editing on) on the fast engine and again on the reference, whose traces 
 ids, and the active block before every decode forward: the same tokens at the same steps). A kernel
 that does not compile or load, or a mismatch, puts the reference back ("auto") or raises `EngineError`
 ("fast" was asked for); the returned `EngineReport` says which engine runs and why, in one line
-(`line()`: the CLI prints it on stderr, the playground beside its stats, the API in its stats). Without CUDA, "fast" runs the kernels under Triton's interpreter when
+(`line()`: the CLI prints it on stderr, the playground beside its stats, the API in its stats). Without CUDA, "fast"
+runs the kernels under Triton's interpreter when
 TRITON_INTERPRET=1 was set before triton was imported, and is refused otherwise.
 """
 

@@ -25,8 +25,8 @@ graphed: its routed experts must run on the Triton kernels (the fast engine of `
 `FusedExperts` or FP8 experts on Triton); the reference experts read their counts on the host, so
 the decode loop keeps such a model on its dynamic path. What counts as a host sync (`.item()`,
 `.tolist()`, `.cpu()`, `.to("cpu")`, `nonzero`, boolean-mask indexing, ...) is listed in
-`llada.fast.kernels.launch`; it is seen on a CPU run as well. `capture=False` runs the same static forward eagerly on any device: the CPU tests
-check it against the dynamic one.
+`llada.fast.kernels.launch`; it is seen on a CPU run as well. `capture=False` runs the same static forward eagerly on
+any device: the CPU tests check it against the dynamic one.
 """
 
 from __future__ import annotations

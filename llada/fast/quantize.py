@@ -12,8 +12,8 @@ PyTorch else.
 Quantize once the model has its final dtype: `.to(dtype)` would cast the fp8 buffers too (moving
 to another device is fine).
 
-The offline converter, as gpt-fast has one, is `llada.weights.fp8_checkpoint`: `python -m llada.weights.fp8_checkpoint SRC
-DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly (`llada.weights.fp8_format`).
+The offline converter, as gpt-fast has one, is `llada.weights.fp8_checkpoint`: `python -m llada.weights.fp8_checkpoint
+SRC DST` writes SRC's experts once as FP8 into DST, which then loads as FP8 directly (`llada.weights.fp8_format`).
 """
 
 from __future__ import annotations

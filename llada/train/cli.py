@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     ap.add_argument("--eval-only", action="store_true",
                     help="no training: evaluate the model in --out (trained earlier) and write its card")
     ap.add_argument("--card-only", action="store_true",
-                    help="with --eval-only: rewrite OUT/README.md from its eval.json and samples.json (e.g. with --pilots)")
+                    help="with --eval-only: rewrite OUT/README.md from its eval.json and samples.json "
+                         "(e.g. with --pilots)")
     ap.add_argument("--checkpoint-code-n", type=int, default=0,
                     help="with --eval-only: the Q-mode parse rate of every checkpoint on this many held-out functions")
     ap.add_argument("--resume", action="store_true",

@@ -43,12 +43,13 @@ from .experts import use_grouped_experts
 from .export import save_sharded
 from .logs import loss_ends, plot_loss, write_csv
 from .objective import Batch, NoiseConfig, diffusion_loss
-from .recipes import SHIPPED_DECODING, TRAINING_PRESETS
+from .recipes import TRAINING_PRESETS
 from .resume import held_out_loss, load_state, save_state
 from ..data.tasks import TRAIN_WEIGHTS
 
 MODEL_INFO = "model_info.json"  # {"knows": one line on what the model can do}, for the playground
-PRESETS = TRAINING_PRESETS["cpu"].decoding  # the decoding modes assets/model ships (tests/test_presets.py holds them equal)
+# the decoding modes assets/model ships (tests/test_presets.py holds them equal)
+PRESETS = TRAINING_PRESETS["cpu"].decoding
 
 
 @dataclass

@@ -14,8 +14,8 @@ Loading (`load_model`) never holds a second copy of the weights:
    tensor by tensor straight into its place (`llada.weights.shards`): an expert's matrices land in their slice
    of the preallocated w13 / w2. With `quantize="fp8"` the routed experts are never materialised in
    bf16: each expert is quantized (128x128 tiles, `llada.fast.kernels.quantize_weight_fp8`) as it is read.
-   A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts and
-   their scales already: they are read straight into the FP8 buffers, nothing is quantized.
+   A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts
+   and their scales already: they are read straight into the FP8 buffers, nothing is quantized.
 
 Known non-weight tensors (`rotary_emb.inv_freq`) are skipped. Every problem raises `CheckpointError`
 naming the file and the tensor or key.
@@ -159,7 +159,8 @@ def _unexpected(entry: Entry, cfg: ModelConfig) -> None:
     elif name.endswith("gate.expert_bias"):
         hint = "; config.json has moe_router_enable_expert_bias false"
     elif ".experts." in name:
-        hint = f"; num_experts is {cfg.num_experts} and MoE layers start at first_k_dense_replace={cfg.first_k_dense_replace}"
+        hint = (f"; num_experts is {cfg.num_experts} and MoE layers start at "
+                f"first_k_dense_replace={cfg.first_k_dense_replace}")
     raise CheckpointError(f"{entry.file}: unexpected tensor {name} (not part of this config{hint})")
 
 

@@ -68,7 +68,8 @@ def output_tensors(model) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         if key == "lm_head.weight" and model.config.tie_word_embeddings:
             continue
         if t.dtype == FP8 and ".mlp.experts." not in key:
-            raise FP8CheckpointError(f"{key}: only the routed experts are stored in FP8 (quantize='fp8', not fp8-dense)")
+            raise FP8CheckpointError(f"{key}: only the routed experts are stored in FP8 "
+                                     "(quantize='fp8', not fp8-dense)")
         out[hf_name(key)] = (t.dtype, tuple(t.shape))
     return out
 

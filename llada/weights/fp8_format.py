@@ -1,7 +1,7 @@
 """The FP8 checkpoint format as the loader reads it: which directories hold one, and where they may live.
 
-A directory written by `python -m llada.weights.fp8_checkpoint SRC DST` (`llada.weights.fp8_checkpoint`, the writing side)
-carries `QUANTIZATION_CONFIG` in its config.json and stores each MoE layer's routed experts stacked, as
+A directory written by `python -m llada.weights.fp8_checkpoint SRC DST` (`llada.weights.fp8_checkpoint`, the writing
+side) carries `QUANTIZATION_CONFIG` in its config.json and stores each MoE layer's routed experts stacked, as
 they run: `experts.w13` / `experts.w2` in float8_e4m3fn with one fp32 `*_scale` per 128x128 tile.
 `llada.weights.checkpoint` uses this module to recognise such a directory (`stored_fp8`), to refuse it on a GPU
 without FP8 (`fp8_refusal`) and to check every expert tensor's stored dtype (`check_entries`).

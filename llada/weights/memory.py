@@ -99,7 +99,8 @@ def _meminfo_available() -> int | None:
 def _cgroup_room() -> int | None:
     """limit - usage of this container's memory cgroup (v2, then v1); None without a limit."""
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
             cap = Path(limit).read_text().strip()
             if cap == "max" or int(cap) >= 1 << 60:  # v1 reports "no limit" as a huge number

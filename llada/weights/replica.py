@@ -85,7 +85,8 @@ def replica_config(shape: str = "tiny", **overrides) -> dict:
 def tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
     """Every tensor of the real format, in the order the published shards list them."""
     H, D, L = cfg.hidden_size, cfg.head_dim, cfg.num_hidden_layers
-    qkv, I, Im = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D, cfg.intermediate_size, cfg.moe_intermediate_size
+    qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D
+    I, Im = cfg.intermediate_size, cfg.moe_intermediate_size
     out = [("model.word_embeddings.weight", (cfg.vocab_size, H))]
     for n in range(L):
         p = f"model.layers.{n}"
@@ -99,10 +100,12 @@ def tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
             continue
         out += [(f"{p}.mlp.gate.weight", (cfg.num_experts, H)), (f"{p}.mlp.gate.expert_bias", (cfg.num_experts,))]
         for e in range(cfg.num_experts):
-            out += [(f"{p}.mlp.experts.{e}.gate_proj.weight", (Im, H)), (f"{p}.mlp.experts.{e}.up_proj.weight", (Im, H)),
+            out += [(f"{p}.mlp.experts.{e}.gate_proj.weight", (Im, H)),
+                    (f"{p}.mlp.experts.{e}.up_proj.weight", (Im, H)),
                     (f"{p}.mlp.experts.{e}.down_proj.weight", (H, Im))]
         S = Im * cfg.num_shared_experts
-        out += [(f"{p}.mlp.shared_experts.gate_proj.weight", (S, H)), (f"{p}.mlp.shared_experts.up_proj.weight", (S, H)),
+        out += [(f"{p}.mlp.shared_experts.gate_proj.weight", (S, H)),
+                (f"{p}.mlp.shared_experts.up_proj.weight", (S, H)),
                 (f"{p}.mlp.shared_experts.down_proj.weight", (H, S))]
     return out + [("model.norm.weight", (H,)), ("lm_head.weight", (cfg.vocab_size, H))]
 

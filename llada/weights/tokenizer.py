@@ -211,7 +211,8 @@ def _plain_config(root: Path) -> dict | None:
         return None
     if not isinstance(config, dict) or not set(config) <= PLAIN_KEYS:
         return None
-    if config.get("tokenizer_class") != "PreTrainedTokenizerFast" or config.get("clean_up_tokenization_spaces") is not False:
+    if (config.get("tokenizer_class") != "PreTrainedTokenizerFast"
+            or config.get("clean_up_tokenization_spaces") is not False):
         return None
     if not all(isinstance(config.get(key), (str, type(None))) for key in SPECIAL_KEYS):
         return None

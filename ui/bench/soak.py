@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     samples = soak(args.minutes, args.visitors, args.every, args.model, args.port, args.visits, args.sessions)
     v = verdict(samples, args.warmup, args.tolerance)
     last = samples[-1]
-    print(f"{last.visits} visits, {last.requests} requests, {last.errors} errors · after warm-up: {v.early_mib:.1f} MiB -> "
+    print(f"{last.visits} visits, {last.requests} requests, {last.errors} errors · after warm-up: "
+          f"{v.early_mib:.1f} MiB -> "
           f"{v.late_mib:.1f} MiB ({100 * v.growth:+.1f}%, allowed {100 * args.tolerance:+.0f}%) · "
           f"{'flat' if v.flat else 'GROWING'}")
     return 0 if v.flat else 1

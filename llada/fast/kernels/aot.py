@@ -115,7 +115,8 @@ def engine_launches(tokens: int, spec: DeviceSpec, shape: dict = MINI) -> list[t
     if spec.fp8:
         out += [("fp8", launch, 0) for launch in
                 linear.plan_fp8_linear(x, torch.empty(3 * H, H, dtype=FP8), torch.empty(3 * H // 128, H // 128))[1]]
-        out += [("fp8", launch, 0) for launch in fp8.plan_quantize_weight(torch.empty(E, 2 * I, H, dtype=torch.bfloat16))[2]]
+        weight = torch.empty(E, 2 * I, H, dtype=torch.bfloat16)
+        out += [("fp8", launch, 0) for launch in fp8.plan_quantize_weight(weight)[2]]
     return out
 
 

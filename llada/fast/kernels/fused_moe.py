@@ -38,7 +38,7 @@ Why step 4 is its own pass with FP8 weights or split-K: the down GEMM's tiles sp
 column blocks, and each of them needs all of h. Computing silu and the FP8 re-quantization inside the
 down kernel (the first design) repeated it H / BLOCK_N = 32 times per row at the mini's shape, ~40
 instructions per element against one tensor-core instruction per 128-wide step: instruction-bound.
-The pass reads 8 KB of gu and writes 1 KB of h per pair, once (README, "Per-kernel estimates"). The
+The pass reads 8 KB of gu and writes 1 KB of h per pair, once (docs/gpu.md, "Per-kernel estimates"). The
 gate/up tile holds the gate and up columns of the same rows, so without split-K it forms h itself;
 the FP8 quantizer wants one scale per 128-wide group, wider than a 64-column tile: FP8 keeps the pass.
 

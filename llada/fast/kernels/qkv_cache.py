@@ -76,7 +76,8 @@ def plan_qkv_rope_cache(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, e
 
 
 def qkv_rope_cache(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float, cos: torch.Tensor,
-                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   start: torch.Tensor) -> torch.Tensor:
     """Triton twin of `reference.qkv_rope_cache`: q (B, nH, T, D); k, v written into the caches."""
     q, launches = plan_qkv_rope_cache(qkv, wq, wk, eps, cos, sin, k_cache, v_cache, start)
     run(launches)

@@ -227,7 +227,8 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.T
 
 
 def qkv_rope_cache(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float, cos: torch.Tensor,
-                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   start: torch.Tensor) -> torch.Tensor:
     """qkv (B, T, nH + 2 nKV, D) -> q (B, nH, T, D) QK-normed and rotated; k (normed, rotated) and v written
     into k_cache / v_cache (B, nKV, S, D) at slots start..start+T-1 (start a 0-d long tensor)."""
     nkv = k_cache.shape[1]

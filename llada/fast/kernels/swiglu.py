@@ -42,7 +42,8 @@ def plan_silu_mul(gate: torch.Tensor, up: torch.Tensor):
     g, u = _rows(gate), _rows(up)
     rows, I = g.shape
     out = torch.empty(rows, I, dtype=gate.dtype, device=gate.device)  # (rows, I)
-    launch = Launch(_silu_mul_kernel, (rows, triton.cdiv(I, BLOCK)), (g, u, out, I, g.stride(0), u.stride(0), out.stride(0)),
+    launch = Launch(_silu_mul_kernel, (rows, triton.cdiv(I, BLOCK)),
+                    (g, u, out, I, g.stride(0), u.stride(0), out.stride(0)),
                     dict(BLOCK=BLOCK, num_warps=4))
     return out.view(gate.shape), [launch]
 

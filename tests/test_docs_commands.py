@@ -1,0 +1,187 @@
+"""Every command in README.md and docs/*.md works as written.
+
+Each fenced ```bash, ```sh or ```console block is read line by line: a line ending in a backslash goes
+on with the next, a line that starts with `#` is a comment, a console block's `$ ` prompt is dropped.
+A command that needs what a test run cannot give says so, either in its trailing comment
+(`... # needs: gpu`) or for a whole block on the line just above it (`<!-- needs: network, server -->`):
+
+    gpu       a CUDA GPU            network   the internet (pip, the hub)
+    file      a file the user makes first (DIR, samples.jsonl)
+    server    it serves until stopped             browser   Chromium
+    time      minutes or more (training, HumanEval, full benchmarks)
+
+Such a command is checked, not run: `python -m MODULE [SUBCOMMAND]` must answer `--help` with a usage
+line, anything else must parse (`bash -n`). Every other command runs as written from the repository
+root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests and `/tmp/` a fresh
+directory per file; one file's commands run in their order, so a command may read what an earlier one of
+its file wrote. The
+```python snippets run too, and every relative link and every repository path named in backticks must
+exist, so the documents follow the code when files move.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # about 40 processes, most of them importing torch: minutes on 2 cores
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NEEDS = {"gpu", "network", "file", "server", "browser", "time"}
+SHELL_FENCES = {"bash", "sh", "console"}
+README_MAX_LINES = 250  # the README reads in five minutes; everything else lives in docs/
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str  # the command as a shell reads it, continuations joined
+    line: int  # where it starts in its file (1-based)
+    needs: frozenset[str]  # empty: run it as written
+
+
+def _needs(comment: str) -> set[str]:
+    m = re.search(r"needs:\s*([\w ,]+)", comment)
+    return {w for w in re.split(r"[ ,]+", m[1].strip()) if w} if m else set()
+
+
+def _trailing_comment(command: str) -> str:
+    """The comment at the end of a command line ('' when there is none), quotes respected."""
+    quote = None
+    for i, ch in enumerate(command):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or command[i - 1].isspace()):
+            return command[i:]
+    return ""
+
+
+def commands(markdown: str) -> list[Command]:
+    """The shell commands of a markdown text, in order."""
+    found, lines = [], markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^```(\w+)\s*$", lines[i])
+        if not fence or fence[1] not in SHELL_FENCES:
+            i += 1 + (bool(fence) and _skip_block(lines, i))
+            continue
+        block_needs = _needs(lines[i - 1]) if i and lines[i - 1].lstrip().startswith("<!--") else set()
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            start, text = i, lines[i]
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text[:-1].rstrip() + " " + lines[i].strip()
+            i += 1
+            text = text.strip().removeprefix("$ ")
+            if text and not text.startswith("#"):
+                needs = block_needs | _needs(_trailing_comment(text))
+                found.append(Command(text, start + 1, frozenset(needs)))
+        i += 1
+    return found
+
+
+def _skip_block(lines: list[str], i: int) -> int:
+    """Lines from a non-shell fence at i to its closing fence (so its text is never read as commands)."""
+    j = i + 1
+    while j < len(lines) and not lines[j].startswith("```"):
+        j += 1
+    return j - i
+
+
+def _shell(command: str, tmp: Path | None = None) -> str:
+    """The command for bash: this interpreter for the venv's, and `tmp` for /tmp/ (a run leaves no trace)."""
+    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
+    return command.replace("/tmp/", f"{tmp}/") if tmp else command
+
+
+def _help_of(command: str) -> list[str] | None:
+    """`python -m MODULE [SUBCOMMAND] --help` for a python -m command; None for anything else."""
+    words = shlex.split(command, comments=True)
+    if "-m" not in words or not any(w.endswith(("python", "python3")) for w in words):
+        return None
+    at = words.index("-m")
+    subcommands = []
+    for w in words[at + 2:]:
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", w):
+            break
+        subcommands.append(w)
+    return [sys.executable, "-m", words[at + 1], *subcommands, "--help"]
+
+
+def check(cmd: Command, tmp: Path | None = None) -> str | None:
+    """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more."""
+    if unknown := cmd.needs - NEEDS:
+        return f"unknown needs {sorted(unknown)} (known: {sorted(NEEDS)})"
+    if cmd.needs:
+        help_cmd = _help_of(cmd.text)
+        argv = help_cmd or ["bash", "-n", "-c", _shell(cmd.text)]
+        done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        if done.returncode or (help_cmd and "usage" not in (done.stdout + done.stderr).lower()):
+            return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}"
+        return None
+    done = subprocess.run(["bash", "-c", _shell(cmd.text, tmp)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    return f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_command_works_as_written(doc, tmp_path):
+    found = commands(doc.read_text(encoding="utf-8"))
+    problems = [f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found if (why := check(c, tmp_path))]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_python_snippets_run():
+    for doc in DOCS:
+        for n, code in enumerate(re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)):
+            done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+            assert done.returncode == 0, f"{doc.name}, python snippet {n}: {done.stderr[-800:]}"
+
+
+def test_links_and_named_paths_exist():
+    missing = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for link in re.findall(r"\]\(([^)#\s]+)\)", text):
+            if not re.match(r"\w+://", link) and not (doc.parent / link).exists():
+                missing.append(f"{doc.name}: link {link}")
+        for path in re.findall(r"`((?:llada|ui|tests|assets|docs|bench)/[\w./-]+)`", text):
+            if not (ROOT / path).exists():
+                missing.append(f"{doc.name}: path {path}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_readme_stays_short():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_commands_are_read_as_a_shell_reads_them():
+    text = "\n".join([
+        "```python", "print('not a command')  # needs: gpu", "```",
+        "<!-- needs: network -->", "```bash", "pip install x", "```",
+        "```console", "# a comment", "$ .venv/bin/python -m llada generate --model a \\",
+        "    --prompt 'a # b' --json   # needs: gpu, file", "echo '#x'", "```",
+    ])
+    found = commands(text)
+    assert [c.text for c in found] == ["pip install x",
+                                       (".venv/bin/python -m llada generate --model a --prompt 'a # b' --json   "
+                                        "# needs: gpu, file"), "echo '#x'"]
+    assert [set(c.needs) for c in found] == [{"network"}, {"gpu", "file"}, set()]
+    assert [c.line for c in found] == [6, 10, 12]
+    assert _help_of(found[1].text)[2:] == ["llada", "generate", "--help"]
+    assert _help_of("pip install x") is None
+    assert check(Command("true", 1, frozenset({"gpus"}))).startswith("unknown needs")
+    assert check(Command("exit 3", 1, frozenset())) == "exit 3: "
