@@ -47,13 +47,14 @@ class KVCache:
         """Store row i's k[i], v[i] (R, KVheads, T, D) at [start, start+T) of caches[i] (batch 1 each), all in
         one copy call; return the rows' keys/values of [0, start+T) (R, KVheads, S, D): k, v at start 0."""
         T = k.shape[2]
+        if len(caches) == 1:  # one row: two plain copies
+            keys_values = caches[0].write(layer, start, k, v)
+            return keys_values if start else (k, v)
         views = [cache.layers[layer] for cache in caches]
         slots = [t.narrow(2, start, T) for pair in views for t in pair]  # k, v of row 0, k, v of row 1, ...
         torch._foreach_copy_(slots, [t for pair in zip(k.split(1), v.split(1)) for t in pair])
         if not start:
             return k, v
-        if len(caches) == 1:
-            return views[0][0].narrow(2, 0, start + T), views[0][1].narrow(2, 0, start + T)
         return tuple(torch.cat([pair[j].narrow(2, 0, start + T) for pair in views]) for j in (0, 1))
 
     def commit(self, end: int) -> None:

@@ -38,7 +38,7 @@ from torch import nn
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .norm_rope import RMSNorm, add_norm, norm_rope, rope_cos_sin, rope_table
-from .row_exact import linear, padded_rows, project, row_exact, row_exact_on, tile_product, transposed
+from .row_exact import linear, padded_counts, padded_rows, project, row_exact, row_exact_on, tile_product, transposed
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -97,7 +97,8 @@ class Attention(nn.Module):
         outs, at = [], 0
         for group in attention_groups(rows):  # a group's rows share their positions: one cos, sin (T, rotary)
             T, R = group[0].ids.shape[0], len(group)
-            qg, kg, vg = qkv[at:at + R * T].view(R, T, -1, self.head_dim).split([self.n_head, self.n_kv, self.n_kv], 2)
+            heads = qkv[at:at + R * T].view(R, T, -1, self.head_dim)  # (R, T, nH + 2 nKV, D)
+            qg, kg, vg = heads.split_with_sizes([self.n_head, self.n_kv, self.n_kv], 2)
             qg = norm_rope(self.query_layernorm, qg, cos[at:at + T], sin[at:at + T])  # (R, nH, T, D), contiguous
             kg = norm_rope(self.key_layernorm, kg, cos[at:at + T], sin[at:at + T])  # (R, nKV, T, D)
             vg = vg.transpose(1, 2).contiguous()  # (R, nKV, T, D)
@@ -216,31 +217,28 @@ class Experts(nn.Module):
         """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded to `padded_rows` as
         `tiled_matmul` pads them (here with copies of token 0: a padding row's result is never read), all
         experts in one buffer of P rows, and every expert's two products (`tile_product`) written in place."""
-        spans = [(e, n, padded_rows(n, x.device)) for e, n in enumerate(counts) if n]  # (expert, pairs, rows)
-        starts = [0]  # buffer row where each span starts (and the total)
-        for _, _, rows in spans:
-            starts.append(starts[-1] + rows)
-        dev = x.device
-        sizes = torch.tensor([n for _, n, _ in spans], device=dev)
-        shift = torch.tensor(starts[:-1], device=dev) - (sizes.cumsum(0) - sizes)  # span start - its first pair's rank
-        slot = torch.arange(order.numel(), device=dev) + shift.repeat_interleave(sizes)  # (T*K,) each sorted pair's row
-        source = torch.zeros(starts[-1], dtype=torch.long, device=dev)  # padding rows read row 0 (no row
-        source[slot] = order // K  # depends on another: their results are never read)
+        sizes = padded_counts(counts, x.device)  # buffer rows of each expert (0 for one without pairs)
+        starts = [0, *itertools.accumulate(sizes)]  # first buffer row of each expert (and the total, P)
+        used = [e for e, n in enumerate(counts) if n]
+        slots = [starts[e] + j for e in used for j in range(counts[e])]  # buffer row of each pair, sorted
+        slot = torch.tensor(slots, device=x.device)  # (T*K,) buffer row of each pair, sorted by expert
+        source = x.new_zeros(starts[-1], dtype=torch.long)  # padding rows read row 0 (no row depends on another:
+        source[slot] = order // K  # their results are never read)
         xp = x.index_select(0, source)  # (P, H)
-        h = self._products(xp, self.w13, spans, starts)  # (P, 2I)
-        gate, up = h.chunk(2, dim=-1)
-        y = self._products(F.silu(gate) * up, self.w2, spans, starts)  # (P, H)
+        gate, up = self._products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
+        y = self._products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
         back = torch.empty_like(slot)
         back[order] = slot  # (T*K,): buffer row of each pair in (token, k) order
         return y.index_select(0, back)
 
     @staticmethod
-    def _products(x: torch.Tensor, w: torch.Tensor, spans, starts: list[int]) -> torch.Tensor:
-        """x (P, in) -> (P, out): rows [start, start + rows) times expert e's w[e]^T (`tile_product`), for each span."""
-        w_t = transposed(w)  # (E, in, out)
+    def _products(x: torch.Tensor, w: torch.Tensor, sizes: list[int], used: list[int]) -> torch.Tensor:
+        """x (P, in) -> (P, out): expert e's `sizes[e]` rows times its w[e]^T (`tile_product`), for each used e."""
+        w_t = transposed(w).unbind(0)  # E x (in, out)
         out = x.new_empty(x.shape[0], w.shape[1])
-        for (e, _, rows), start in zip(spans, starts):
-            tile_product(x[start:start + rows], w_t[e], out=out[start:start + rows])
+        xs, outs = x.split_with_sizes(sizes), out.split_with_sizes(sizes)  # each expert's rows, views
+        for e in used:
+            tile_product(xs[e], w_t[e], out=outs[e])
         return out
 
 
@@ -377,6 +375,8 @@ class LLaDA2MoE(nn.Module):
         Row-exact (module docstring): each row's logits and cache writes are bit for bit those of
         `forward_rows([row])`. All rows' tokens run together, padded as `padded_rows` says, alike rows side
         by side (`attention_key`) so that their attention runs as one call."""
+        if len(rows) == 1:  # a lone row: nothing to sort
+            return self._forward_rows(rows)
         order = sorted(range(len(rows)), key=lambda i: attention_key(rows[i]))
         logits = self._forward_rows([rows[i] for i in order])
         out: list[torch.Tensor | None] = [None] * len(rows)
@@ -389,9 +389,12 @@ class LLaDA2MoE(nn.Module):
         n = sum(sizes)
         device = self.device
         pad = padded_rows(n, device) - n
-        ids = torch.cat([row.ids for row in rows] + [torch.zeros(pad, dtype=torch.long, device=device)])
-        positions = torch.tensor([p for row, T in zip(rows, sizes) for p in range(row.start, row.start + T)]
-                                 + [0] * pad, dtype=torch.long, device=device)
+        if len(rows) == 1 and not pad:  # a lone row of whole blocks: its own ids and positions
+            ids, positions = rows[0].ids, torch.arange(rows[0].start, rows[0].start + n, device=device)
+        else:
+            ids = torch.cat([row.ids for row in rows] + [torch.zeros(pad, dtype=torch.long, device=device)])
+            positions = torch.tensor([p for row, T in zip(rows, sizes) for p in range(row.start, row.start + T)]
+                                     + [0] * pad, dtype=torch.long, device=device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)  # (N, rotary_dim)
         with row_exact():
             x = self.word_embeddings(ids)[None]  # (1, N, H)

@@ -52,8 +52,15 @@ def padded_rows(n: int, device: torch.device) -> int:
     """The rows a row-exact product of n rows runs on: whole blocks of `CPU_ROWS` on the CPU, at least
     one; elsewhere whole tiles of `TILE`, at least two."""
     if device.type == "cpu":
-        return max(1, -(-n // CPU_ROWS)) * CPU_ROWS
+        return -(-n // CPU_ROWS) * CPU_ROWS or CPU_ROWS
     return max(2, -(-n // TILE)) * TILE
+
+
+def padded_counts(counts: list[int], device: torch.device) -> list[int]:
+    """`padded_rows` of each count, 0 for 0 (the experts' row counts of one product)."""
+    if device.type == "cpu":
+        return [-(-n // CPU_ROWS) * CPU_ROWS for n in counts]
+    return [max(2, -(-n // TILE)) * TILE if n else 0 for n in counts]
 
 
 def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
@@ -83,8 +90,8 @@ def transposed(weight: torch.Tensor) -> torch.Tensor:
         return weight.transpose(-1, -2)
     if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
         return weight.transpose(-1, -2).contiguous()
-    stamp = (weight._version, weight.data_ptr(), weight.dtype, tuple(weight.shape))
-    kept = getattr(weight, "_llada_transposed", None)
+    stamp = (weight._version, weight.data_ptr(), weight.dtype, weight.shape)
+    kept = weight.__dict__.get("_llada_transposed")
     if kept is None or kept[0] != stamp:
         kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
         weight._llada_transposed = kept
@@ -92,10 +99,20 @@ def transposed(weight: torch.Tensor) -> torch.Tensor:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O))."""
+    """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O)).
+
+    Rows already padded (a row-batched forward pads its tokens once, `LLaDA2MoE.forward_rows`) go to
+    `tile_product` as they are: what `tiled_matmul` would do, without its padding steps."""
     if not _ROW_EXACT.get():
         return F.linear(x, weight, bias)
-    return tiled_linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+    x2 = x.reshape(-1, x.shape[-1])  # (N, K)
+    n = x2.shape[0]
+    if n and n == padded_rows(n, x.device):
+        out = tile_product(x2, transposed(weight))
+        out = out if bias is None else out + bias
+    else:
+        out = tiled_linear(x2, weight, bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
