@@ -219,15 +219,26 @@ def test_a_chart_click_loads_its_point(browser, app_url):
 def test_stop_ends_a_sweep_and_keeps_its_points(browser, app_url):
     page = open_explorer(browser, app_url)
     open_more(page)
-    set_number(page, "explorer-n", 9)  # items no other test uses: 99 decodes, longer than the wait for a point
-    wait_progress(page, "No point of this grid", 90_000)
-    page.click("#explorer-run")
-    wait_progress(page, "^Sweeping .*: [1-9]\\d* of 11 points", 120_000)
-    page.click("#explorer-stop")
-    wait_progress(page, "^Stopped", 90_000)
-    found = int(re.search(r"(\d+) of 11 points", progress(page)).group(1))
+    for n in (25, 24, 23):  # items no other test uses; a sweep that ends before the stop lands is tried anew
+        found = stop_a_sweep(page, n)
+        if found < POINTS:
+            break
     assert 0 < found < POINTS and table_rows(page) == found and len(chart_points(page)) == found
     page.close()
+
+
+def stop_a_sweep(page, n: int) -> int:
+    """Sweep the default grid on `n` fresh items, stop it after its first point: the points it shows then."""
+    set_number(page, "explorer-n", n)
+    wait_progress(page, "No point of this grid", 90_000)
+    page.click("#explorer-run")
+    wait_progress(page, "^Sweeping .*: [1-9]\\d* of 11 points", 240_000)
+    page.click("#explorer-stop")
+    wait_progress(page, "^Stopped", 90_000)
+    said = progress(page)
+    counted = re.search(r"(\d+) of 11 points|All (11) points", said)
+    assert counted, said
+    return int(counted.group(1) or counted.group(2))
 
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])

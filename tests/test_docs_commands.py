@@ -100,8 +100,8 @@ def _skip_block(lines: list[str], i: int) -> int:
 
 def _shell(command: str, tmp: Path | None = None) -> str:
     """The command for bash: this interpreter for the venv's, and `tmp` for /tmp/ (a run leaves no trace)."""
-    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
-    return command.replace("/tmp/", f"{tmp}/") if tmp else command
+    command = command.replace("/tmp/", f"{tmp}/") if tmp else command  # first: the interpreter may live in /tmp
+    return command.replace(".venv/bin/python", shlex.quote(sys.executable))
 
 
 def _help_of(command: str) -> list[str] | None:
@@ -185,3 +185,9 @@ def test_commands_are_read_as_a_shell_reads_them():
     assert _help_of("pip install x") is None
     assert check(Command("true", 1, frozenset({"gpus"}))).startswith("unknown needs")
     assert check(Command("exit 3", 1, frozenset())) == "exit 3: "
+
+
+def test_a_checkout_under_tmp_keeps_its_interpreter(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", "/tmp/ci/.venv/bin/python")
+    shell = _shell(".venv/bin/python -m llada.weights.replica /tmp/r --shape tiny", tmp_path)
+    assert shell == f"/tmp/ci/.venv/bin/python -m llada.weights.replica {tmp_path}/r --shape tiny"

@@ -127,7 +127,8 @@ def measure(args, quantize: str | None) -> dict:
     return {"dtype": str(model.dtype).removeprefix("torch."), "quantize": quantize, "load_seconds": round(load_s, 2),
             "rss_before_load_bytes": before, "peak_rss_load_bytes": load_peak, "peak_rss_decode_bytes": decode_peak,
             "weights_bytes_held": held, "seconds_per_forward": seconds, "forward_bytes_read": read,
-            "copy_gb_per_s": round(copy, 2), "bandwidth_floor_seconds": round(read / (copy * 1e9), 4),
+            "copy_gb_per_s": round(copy, 2),
+            "bandwidth_floor_seconds": float(f"{read / (copy * 1e9):.3g}"),  # 3 significant digits: tiny models too
             "threads": torch.get_num_threads()}
 
 

@@ -43,6 +43,7 @@ TIME_UP = "time budget reached"  # the note of a sweep stopped by its seconds (l
 DECODE_BUDGET = Budget(forwards=min(BUDGET.forwards, 256), seconds=10.0)
 PROGRESS_INTERVAL_S = 0.5
 LOCK_WAIT_S = 3.0  # a new sweep waits this long for a stopped one to let go
+STOP_WAIT_S = 30.0  # Stop shows the saved points once the cancelled sweep lets go: at most this long (a loaded host)
 SWEEP_LOCK = threading.Lock()  # one sweep per server: playground runs keep the other decode slot
 BUSY = ("Another sweep is running on this server (one at a time, so that playground runs keep their share); try "
         "again when it is done.")

@@ -28,7 +28,7 @@ from ..models import Models
 from ..zerogpu import CLOCK, SWEEP_CALL_S, on_gpu, split_sweep, zero_gpu
 from ..render import pareto
 from ..settings import LIMITS, presets_of
-from .sweeps import (CACHE_ENV, DECODE_BUDGET, DEFAULTS, LOCK_WAIT_S, N_LIMITS, SWEEP_LOCK, SWEEP_SECONDS, TAU_EDITS,
+from .sweeps import (CACHE_ENV, DECODE_BUDGET, DEFAULTS, N_LIMITS, STOP_WAIT_S, SWEEP_LOCK, SWEEP_SECONDS, TAU_EDITS,
                      TAU_MASKS, TIME_UP, ExplorerFrame, load_point, run_sweep, show_cached, sweep_free)
 
 INTRO = ASSETS / "explorer.md"
@@ -134,7 +134,7 @@ def wire(models: Models, sweep: SweepView, playground: PointTargets, tabs: gr.Ta
         return show_cached(models, cache, **settings.values(data))
 
     def stopped(data: dict):
-        if SWEEP_LOCK.acquire(timeout=LOCK_WAIT_S):  # the cancelled sweep has closed: its last point is saved
+        if SWEEP_LOCK.acquire(timeout=STOP_WAIT_S):  # the cancelled sweep has closed: its last point is saved
             SWEEP_LOCK.release()
         return show_cached(models, cache, **settings.values(data), stopped=True)
 
