@@ -233,12 +233,12 @@ def test_exports_served_by_the_app_do_not_pile_up(tiny_model_dir, tmp_path, monk
         served = [f["path"] for f in visitor.call(session, export, [None])["output"]["data"][0]]
         first = {p.parent for p in tmp_path.glob("llada-export-*/*")}
         assert len(served) == 2 and all(os.path.exists(p) for p in served) and len(first) == 1
-        time.sleep(1.5)
+        time.sleep(1.5)  # waits for: the first export to be older than keep_s = 1 (time itself: safe when slow)
         visitor.call(session, export, [None])  # a new export sweeps the earlier originals
         assert not any(folder.exists() for folder in first)
         deadline = time.monotonic() + 30  # the sweep runs every second: waited for, not assumed
         while any(os.path.exists(p) for p in served) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.2)  # waits for: Gradio's copies to be swept (poll interval, 30 s bound)
         assert not any(os.path.exists(p) for p in served), served
         assert visitor.errors == 0, visitor.last_error
     finally:
@@ -254,7 +254,8 @@ def test_the_cache_sweep_survives_an_export_made_while_it_runs(tmp_path, monkeyp
 
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text("{}")
-    time.sleep(0.05)  # older than the age below (Gradio reads a file's ctime, which utime cannot set back)
+    # Gradio reads a file's ctime, which utime cannot set back
+    time.sleep(0.05)  # waits for: the file to be older than the age below
     files = {str(old)}
     blocks = SimpleNamespace(blocks={}, temp_file_sets=[files])
     remove = os.remove
