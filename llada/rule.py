@@ -17,6 +17,13 @@ Drafts and edits come from the same forward and are applied together.
 
 The rule also decides R windows of one length W at once: tensors (R, W), and each setting either one
 value for every row or a sequence of R (one per row). Every row gets what it gets alone.
+
+LLaDA2.2's Levenshtein rule (below) works on the active block alone and also deletes and inserts
+(docs/llada22.md): once per forward, from the block's logits (W, V),
+
+    cand = levenshtein_candidates(logits, lev)         # the mask logit suppressed
+    s = levenshtein_step(block, cand, frozen, book, lev)  # book: start_block(...) at the block's entry
+    block, book = s.tokens, s.book                     # s.done: the block is finished
 """
 
 from __future__ import annotations
@@ -105,21 +112,11 @@ def _check(tokens, x0, p, frozen, active_start) -> None:
             raise ValueError(f"active_start must be in [0, {W}], got {start}")
 
 
-# --- LLaDA2.2: the Levenshtein rule on the active block (drafts, edits, then DELETE / SPLIT moves) ----------
-#
-# Letters: R rows, W the active block's length, P its prompt positions (a prefix: the prompt's tail).
-# One step, in order (docs/llada22.md works it by hand):
-#   1. count: an unresolved original mask (one the block entered with) keeps post at 0 (PostCount.RESET) or
-#      as it was (CUMULATIVE); none left: post += 1. The final round is due at post >= max_post_steps
-#      (max_post_steps 0: the step that resolves the last original mask) or at the max_steps-th step;
-#   2. draft (M2T): the schedule's share of the entry masks plus one per new mask; the masks with p > threshold
-#      when enough pass, else that many most confident (ties: the leftmost). The final round drafts every mask;
-#   3. edit (T2T) as in 2.1 (p > editing_threshold, None off). The final round writes `plain` wherever it
-#      would write MASK, DELETE or SPLIT;
-#   4. escape: a written block seen before (and not the final round) rewrites one changed position with its
-#      runner-up (Escape.LEAST_CONFIDENT or RANDOM);
-#   5. move: left to right, DELETE drops its position, SPLIT becomes [MASK, the token it held before this
-#      step]; the result is cut or padded with new masks to W. The prompt positions never move.
+# --- LLaDA2.2: the Levenshtein rule on the active block (W positions; the prompt's tail, P, a prefix) ---------
+# One step: 1. count post-steps, decide the final round; 2. draft (M2T) on the schedule; 3. edit (T2T) as
+# in 2.1; in the final round MASK, DELETE and SPLIT become `plain`; 4. the anti-loop escape on a written
+# block seen before; 5. the moves, left to right: DELETE drops its position, SPLIT becomes [MASK, the token
+# it held before this step], cut or padded with new masks to W. docs/llada22.md works it by hand.
 
 
 class PostCount(str, Enum):
@@ -343,8 +340,7 @@ def levenshtein_rows(tokens: torch.Tensor, cand: Candidates, frozen: torch.Tenso
     left = (masks & books.original).any(-1)  # (R,)
     counted = books.post if lev.post_count is PostCount.CUMULATIVE else torch.zeros_like(books.post)
     post = torch.where(left, counted, books.post + 1)
-    cap = books.step >= lev.max_steps - 1
-    final = cap | (post >= lev.max_post_steps if lev.max_post_steps else ~left)
+    final = (books.step >= lev.max_steps - 1) | (post >= lev.max_post_steps if lev.max_post_steps else ~left)
     chosen = _draft_rows(masks, cand.p, books, lev)
     if lev.max_post_steps == 0:
         final |= left & ~(masks & books.original & ~chosen).any(-1)
@@ -446,9 +442,9 @@ def _check22(tokens, cand, frozen, original, lev, generator, rows: bool) -> None
     if frozen.dtype != torch.bool or original.dtype != torch.bool:
         raise ValueError(f"frozen and original must be bool tensors, got {frozen.dtype}, {original.dtype}")
     prefix = torch.arange(tokens.shape[-1], device=frozen.device) < frozen.sum(-1, keepdim=True)
-    if not torch.equal(frozen, prefix.squeeze(0) if not rows else prefix):
+    if not torch.equal(frozen, prefix):
         raise ValueError("frozen must be a prefix of the block (the prompt's tail): the prompt never moves")
     if torch.isin(cand.plain, torch.tensor(lev.forbidden(), device=tokens.device)).any():
         raise ValueError("Candidates.plain must be neither MASK, DELETE nor SPLIT (suppress all three logits)")
-    if lev.escape is Escape.RANDOM and generator is None:
+    if lev.escape is Escape.RANDOM and (generator is None or rows and len(generator) != tokens.shape[0]):
         raise ValueError("Escape.RANDOM needs a torch.Generator (one per row for levenshtein_rows)")

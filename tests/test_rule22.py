@@ -266,3 +266,16 @@ def test_bad_inputs_are_refused(bad, message):
 def test_bad_settings_are_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         Levenshtein(**{"mask_id": M, "delete_id": DEL, "split_id": SPLIT} | kw)
+
+
+def test_a_one_position_block_can_split_its_only_mask():
+    s = step([M], cands([SPLIT], [0.9]), settings=lev(steps=1))
+    # [new mask, the original mask] cut to one position: the original is pushed out, post-steps may start
+    assert s.tokens.tolist() == [M] and s.book.original.tolist() == [False]
+    assert s.inserts == (rule.Insert(0, 0, M),) and s.moved_to.tolist() == [-1]
+
+
+def test_the_final_round_never_escapes():
+    bk = book([a, b], original=[False, False], entry_masks=0, step=3, post=15, seen=frozenset({(c, b)}))
+    s = step([a, b], cands([c, b], [0.9, 0.9]), bk)
+    assert s.final and s.escaped == -1 and s.tokens.tolist() == [c, b]
