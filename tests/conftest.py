@@ -28,7 +28,10 @@ torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared c
 
 BROWSER = "test_browser"  # file names starting so drive Chromium
 SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on 2 shared cores, --durations)
-    "test_engine_select.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_engine_self_check.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_engine_fallback.py": "the fast engine's self-check, faults planted, through the Triton interpreter",
+    "test_engine_select.py::test_cli_says_on_stderr_which_engine_runs": "the CLI in a fresh process",
+    "test_engine_select.py::test_cli_refuses_fast_without_cuda_in_one_error_line": "the CLI in a fresh process",
     "test_graphs.py::test_fast_engine_static_path_reproduces_the_golden_trace": "the same, on the static path",
     "test_kernels_aot.py": "every kernel compiled for three GPUs through ptxas",
     "test_kernels_census.py": "Triton kernels run by the CPU interpreter",
