@@ -32,7 +32,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_engine_fallback.py": "the fast engine's self-check, faults planted, through the Triton interpreter",
     "test_engine_select.py::test_cli_says_on_stderr_which_engine_runs": "the CLI in a fresh process",
     "test_engine_select.py::test_cli_refuses_fast_without_cuda_in_one_error_line": "the CLI in a fresh process",
-    "test_graphs.py::test_fast_engine_static_path_reproduces_the_golden_trace": "the same, on the static path",
+    "test_graphs_fast.py": "the fast engine's golden decode through the Triton interpreter, on the static path",
     "test_kernels_aot.py": "every kernel compiled for three GPUs through ptxas",
     "test_kernels_census.py": "Triton kernels run by the CPU interpreter",
     "test_kernels_fused_ops.py": "Triton kernels run by the CPU interpreter",
