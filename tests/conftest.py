@@ -61,10 +61,22 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
 }
 GPU_REASON = "needs a CUDA GPU"
+# files started first, in this order (pytest.ini hands whole files to three workers, in collection order, with
+# `--no-loadscope-reorder`): the longest ones (minutes each on the loaded 2-core CI machine, --durations),
+# so that none of them starts last and keeps the run going alone. Each worker takes a second file while its first
+# has two tests or fewer left, so the first three are followed by the sixth, fifth and fourth (pairs of
+# near-equal sums); every other file follows in its collected order.
+FIRST = ("test_engine_self_check.py", "test_memory_soak.py", "test_graphs_fast.py",
+         "test_browser.py", "test_batch.py", "test_kernels_aot.py",
+         "test_docs_commands_training.py", "test_docs_commands.py", "test_docs_commands_playground.py",
+         "test_engine_fallback.py", "test_docs_commands_benchmarks.py", "test_batch_eval.py",
+         "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test by its file (browser, slow), and skip the `gpu` ones where torch sees no CUDA."""
+    """Mark each test by its file (browser, slow), skip the `gpu` ones where torch sees no CUDA, and put the
+    files of FIRST first (a stable sort: each file's tests keep their order)."""
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     for item in items:
         name = item.path.name
         if name.startswith(BROWSER):
