@@ -42,8 +42,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_bench_kernels.py": "a benchmark's smoke run (interpreted kernels, tuning)",
     "test_bench_load.py": "a benchmark's smoke run: a replica written and loaded in a fresh process",
     "test_bench_stream.py": "a benchmark's smoke run on the embedded model",
-    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact": "every mode of the embedded model, in float64",
-    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact_on_two_threads": "the same, on two threads",
+    "test_batch_embedded.py": "every mode of the embedded model, in float64 and float32, on one and two threads",
     "test_batch_eval.py": "evaluations run batched and one by one",
     "test_fp8_checkpoint.py": "checkpoint conversions in fresh processes",
     "test_int8_checkpoint.py": "replicas written, converted and loaded, one load in a fresh process",
@@ -67,7 +66,7 @@ GPU_REASON = "needs a CUDA GPU"
 # has two tests or fewer left, so the first three are followed by the sixth, fifth and fourth (pairs of
 # near-equal sums); every other file follows in its collected order.
 FIRST = ("test_engine_self_check.py", "test_memory_soak.py", "test_graphs_fast.py",
-         "test_browser.py", "test_batch.py", "test_kernels_aot.py",
+         "test_browser.py", "test_batch_embedded.py", "test_kernels_aot.py",
          "test_docs_commands_training.py", "test_docs_commands.py", "test_docs_commands_playground.py",
          "test_engine_fallback.py", "test_docs_commands_benchmarks.py", "test_batch_eval.py",
          "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py")
