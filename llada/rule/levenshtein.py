@@ -117,6 +117,13 @@ class BlockBooks:
         return BlockBook(self.original[r], int(self.entry_masks[r]), int(self.step[r]), int(self.post[r]),
                          self.seen[r])
 
+    @classmethod
+    def of(cls, books: Sequence[BlockBook]) -> "BlockBooks":
+        """The books of R blocks stacked, each as it is alone (the inverse of `row`)."""
+        device = books[0].original.device
+        counters = torch.tensor([[b.entry_masks, b.step, b.post] for b in books], dtype=torch.long, device=device)
+        return cls(torch.stack([b.original for b in books]), *counters.T, tuple(b.seen for b in books))
+
 
 def start_block(tokens: torch.Tensor, frozen: torch.Tensor, mask_id: int) -> BlockBook | BlockBooks:
     """The bookkeeping of a block (W,) or of R blocks (R, W) at entry: every non-prompt mask is original."""
