@@ -15,7 +15,8 @@ import torch
 
 from llada.config import ConfigError, DecodeConfig, ModelConfig
 from llada.decode import generate
-from llada.fast.engine import _plain_router, check_decode_config, routable
+from llada.fast import kernels
+from llada.fast.engine import _plain_router, check_decode_config, routable, use_engine
 from llada.fast.kernels.reference import add_rms_norm
 from llada.fast.quantize import FusedBlockRouter, FusedRouter, fast_router
 from llada.model import LLaDA2MoE, Router, RoutingError, RowInput, block_topk
@@ -231,3 +232,15 @@ def test_a_22_replica_loads_and_decodes_alike_with_and_without_the_cache(replica
     prompt = list(range(100, 140))  # 40 tokens: the prompt's tail shares the first decoded block with masks
     on, off = (generate(model, prompt, cfg.with_(use_cache=c), replica.MASK_ID, replica.EOS_ID) for c in (True, False))
     assert on.output_ids == off.output_ids and len(on.output_ids) == 32
+
+
+@pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+def test_the_fast_engine_runs_a_22_model_and_passes_its_self_check(replica_22):
+    model = load_model(replica_22, dtype=torch.float32)  # CPU: the kernels under Triton's interpreter (conftest)
+    report = use_engine(model, "fast", ids=(replica.MASK_ID, replica.EOS_ID), decode=generate)
+    assert report.engine == "fast" and "self-check passed" in report.reason, report.reason
+    assert [c["tokens"] for c in report.checks] == [32] and report.decode["ok"] and report.decode["tokens"] == 32
+    gates = [layer.mlp.gate for layer in model.layers[1:]]
+    assert all(isinstance(g, FusedBlockRouter) for g in gates)
+    use_engine(model, "reference")
+    assert all(type(layer.mlp.gate) is Router and layer.mlp.gate.capacity == 6 for layer in model.layers[1:])

@@ -71,10 +71,12 @@ def read_config(root: Path) -> tuple[ModelConfig, dict]:
         raise CheckpointError(f"{root}: model directory not found")
     try:
         raw = read_json(root / "config.json")
+        cfg = ModelConfig.from_dict(raw, source=str(root / "config.json"))
         generation = root / "generation_config.json"
         stops = read_json(generation).get("eos_token_id") if generation.is_file() else None
-        merged = raw if raw.get("eos_token_id") is not None or stops is None else raw | {"eos_token_id": stops}
-        return ModelConfig.from_dict(merged, source=str(root / "config.json")), raw
+        if raw.get("eos_token_id") is None and stops is not None:  # errors now can only be these ids'
+            cfg = ModelConfig.from_dict(raw | {"eos_token_id": stops}, source=str(generation))
+        return cfg, raw
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
 
