@@ -87,16 +87,16 @@ class Attention(nn.Module):
         return project(self.dense, out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
     def forward_rows(self, x, cos, sin, rows: list["RowInput"], layer: int):
-        """x (1, N, H): the rows' tokens one after another (then padding) -> (1, N, H).
+        """x (N, H): the rows' tokens one after another (then padding) -> (N, H).
 
         The projections run over all N tokens; attention runs per group of alike rows (`attention_groups`),
         each row with its own cache and with contiguous inputs shaped as in a lone forward (padding tokens
         attend nothing). The attention of each (row, head) is computed on its own, so a group's rows get
         what each gets alone."""
-        N = x.shape[1]
+        N = x.shape[0]
         qkv = project(self.query_key_value, x).view(N, self.n_head + 2 * self.n_kv, self.head_dim)
         outs, at = [], 0
-        for group in attention_groups(rows):  # a group's rows share their positions: one cos, sin (T, rotary)
+        for group in attention_groups(rows) if len(rows) > 1 else [rows]:  # a group's rows share their positions
             T, R = group[0].ids.shape[0], len(group)
             heads = qkv[at:at + R * T].view(R, T, -1, self.head_dim)  # (R, T, nH + 2 nKV, D)
             qg, kg, vg = heads.split_with_sizes([self.n_head, self.n_kv, self.n_kv], 2)
@@ -107,12 +107,11 @@ class Attention(nn.Module):
                 # (R, nKV, S, D)
                 kg, vg = KVCache.write_rows([row.cache for row in group], layer, group[0].start, kg, vg)
             out = self.attend_rows(qg, kg, vg, group[0].mask)  # (R, nH, T, D)
-            outs.append(out.transpose(1, 2).reshape(R * T, self.n_head, self.head_dim))
+            outs.append(out.transpose(1, 2).reshape(R * T, self.n_head * self.head_dim))
             at += R * T
         if at < N:  # padding tokens
-            outs.append(qkv.new_zeros(N - at, self.n_head, self.head_dim))
-        out = (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(1, N, self.n_head * self.head_dim)
-        return project(self.dense, out)
+            outs.append(qkv.new_zeros(N - at, self.n_head * self.head_dim))
+        return project(self.dense, outs[0] if len(outs) == 1 else torch.cat(outs))  # (N, H)
 
     def attend_rows(self, q, k, v, mask=None):
         """q (R, nH, T, D) over k, v (R, nKV, S, D) -> (R, nH, T, D); on the CPU as two batched products with
@@ -125,7 +124,8 @@ class Attention(nn.Module):
         scores = torch.matmul(q.reshape(R, self.n_kv, g * T, D), k.transpose(-1, -2)) * self.head_dim ** -0.5
         if mask is not None:  # (T, S) bool, the same for every head of a group
             scores = scores.masked_fill(~mask.repeat(g, 1), float("-inf"))
-        probs = scores.softmax(-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
+        wide = scores.dtype in (torch.float32, torch.float64)  # else the softmax in fp32, rounded back
+        probs = scores.softmax(-1) if wide else scores.softmax(-1, dtype=torch.float32).to(v.dtype)
         return torch.matmul(probs, v).view(R, self.n_head, T, D)
 
 
@@ -262,7 +262,7 @@ class Experts(nn.Module):
         slots = [starts[e] + j for e in used for j in range(counts[e])]  # buffer row of each pair, sorted
         slot = torch.tensor(slots, device=x.device)  # (T*K,) buffer row of each pair, sorted by expert
         source = x.new_zeros(starts[-1], dtype=torch.long)  # padding rows read row 0 (no row depends on another:
-        source[slot] = order // K  # their results are never read)
+        source[slot] = order.div(K, rounding_mode="floor")  # their results are never read)
         xp = x.index_select(0, source)  # (P, H)
         gate, up = self._products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
         y = self._products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
@@ -290,19 +290,20 @@ class MoE(nn.Module):
         self.shared_experts = SwiGLU(cfg.hidden_size, shared) if shared else None
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """h (B, T, H) -> experts(h) + shared(h) [+ residual]; experts with `forward_add` sum them in one launch."""
-        B, T, H = h.shape
-        flat = h.reshape(B * T, H)
+        """h (B, T, H) or (N, H) -> experts(h) + shared(h) [+ residual], shaped as h; experts with `forward_add`
+        sum them in one launch."""
+        H = h.shape[-1]
+        flat = h if h.ndim == 2 else h.reshape(-1, H)  # (N, H)
         ids, w = self.gate(flat)
-        adds = [t.reshape(B * T, H) for t in (self.shared_experts(h) if self.shared_experts is not None else None,
-                                              residual) if t is not None]
+        adds = [t if t.ndim == 2 else t.reshape(-1, H)
+                for t in (self.shared_experts(h) if self.shared_experts is not None else None, residual) if t is not None]
         fused = getattr(self.experts, "forward_add", None)
         if fused is not None:
-            return fused(flat, ids, w, adds).view(B, T, H)
+            return fused(flat, ids, w, adds).view(h.shape)
         out = self.experts(flat, ids, w)
         for t in adds:  # (out + shared) + residual, as the plain ops round it
             out = out + t
-        return out.view(B, T, H)
+        return out if h.ndim == 2 else out.view(h.shape)
 
 
 class Layer(nn.Module):
@@ -426,7 +427,8 @@ class LLaDA2MoE(nn.Module):
 
     def _forward_rows(self, rows: list[RowInput]) -> list[torch.Tensor | None]:
         sizes = [row.ids.shape[0] for row in rows]
-        check_routing_blocks(self.config, [(row.start, T) for row, T in zip(rows, sizes)])
+        if self.config.block_routing:
+            check_routing_blocks(self.config, [(row.start, T) for row, T in zip(rows, sizes)])
         n = sum(sizes)
         device = self.device
         pad = padded_rows(n, device) - n
@@ -438,10 +440,12 @@ class LLaDA2MoE(nn.Module):
                                      + [0] * pad, dtype=torch.long, device=device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)  # (N, rotary_dim)
         with row_exact():
-            x = self.word_embeddings(ids)[None]  # (1, N, H)
+            x = self.word_embeddings(ids)  # (N, H)
             for layer in self.layers:
                 x = layer.forward_rows(x, cos, sin, rows)
-            x = self.norm(x)[0]  # (N, H)
+            x = self.norm(x)  # (N, H)
+            if len(rows) == 1:  # a lone row: the padded rows as they are
+                return [project(self.lm_head, x).float()[:n] if rows[0].logits else None]
             ends = list(itertools.accumulate(sizes))
             wanted = [(end - T, end) for row, T, end in zip(rows, sizes, ends) if row.logits]
             if not wanted:

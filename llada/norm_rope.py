@@ -17,6 +17,10 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
+    # The fused steps a fast norm has (`llada.fast.kernels.fused_norm`); a plain one has none. Named here so
+    # that looking them up finds None at once, not through nn.Module's failing `__getattr__`.
+    norm_rope = add_norm = qkv_rope_cache = None
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))

@@ -15,7 +15,6 @@ How a padded product runs (`tile_product`):
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 
 import torch
@@ -32,14 +31,17 @@ def row_exact_on() -> bool:
     return _ROW_EXACT.get()
 
 
-@contextlib.contextmanager
-def row_exact():
-    """Inside: every matrix product of the model's own modules runs on padded rows (`tiled_linear`)."""
-    token = _ROW_EXACT.set(True)
-    try:
-        yield
-    finally:
-        _ROW_EXACT.reset(token)
+class row_exact:
+    """`with row_exact():` inside, every matrix product of the model's own modules runs on padded rows
+    (`tiled_linear`). A plain class, not a generator: a forward enters it once, at little cost."""
+
+    __slots__ = ("token",)
+
+    def __enter__(self) -> None:
+        self.token = _ROW_EXACT.set(True)
+
+    def __exit__(self, *exc) -> None:
+        _ROW_EXACT.reset(self.token)
 
 
 def tiled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -86,15 +88,15 @@ def tile_product(x: torch.Tensor, w_t: torch.Tensor, out: torch.Tensor | None = 
 def transposed(weight: torch.Tensor) -> torch.Tensor:
     """weight with its last two dims swapped; on the CPU a contiguous copy kept with the weight until it
     changes (MKL's batched product is 2-4x faster with a row-major right-hand side)."""
+    kept = weight.__dict__.get("_llada_transposed")  # first: a hit costs this and `data_ptr` alone
+    if kept is not None and kept[0] == (weight._version, weight.data_ptr(), weight.dtype, weight.shape):
+        return kept[1]
     if weight.device.type != "cpu":
         return weight.transpose(-1, -2)
     if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
         return weight.transpose(-1, -2).contiguous()
     stamp = (weight._version, weight.data_ptr(), weight.dtype, weight.shape)
-    kept = weight.__dict__.get("_llada_transposed")
-    if kept is None or kept[0] != stamp:
-        kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
-        weight._llada_transposed = kept
+    weight._llada_transposed = kept = (stamp, weight.detach().transpose(-1, -2).contiguous())
     return kept[1]
 
 
@@ -102,9 +104,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear, or `tiled_linear` on the row-exact path (x (..., K) -> (..., O)).
 
     Rows already padded (a row-batched forward pads its tokens once, `LLaDA2MoE.forward_rows`) go to
-    `tile_product` as they are: what `tiled_matmul` would do, without its padding steps."""
+    `tile_product` as they are: what `tiled_matmul` would do, without its padding steps (a 2-D x of
+    whole blocks on the CPU, the row-batched forward's, goes there first and without reshaping)."""
     if not _ROW_EXACT.get():
         return F.linear(x, weight, bias)
+    n = x.shape[0]
+    if x.ndim == 2 and x.is_cpu and n and not n % CPU_ROWS:
+        out = tile_product(x, transposed(weight))
+        return out if bias is None else out + bias
     x2 = x.reshape(-1, x.shape[-1])  # (N, K)
     n = x2.shape[0]
     if n and n == padded_rows(n, x.device):
