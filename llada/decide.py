@@ -142,6 +142,8 @@ def levenshtein_of(model_config, cfg, mask_id: int) -> rule.Levenshtein | None:
 
 def decide(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> list[WindowUpdate]:
     """Each run's `WindowUpdate` on its window, from its logits (W, V) (`runs`: `llada.loop.Run`s)."""
+    if len(runs) == 1 and runs[0].lev is None:  # a lone run of the joint rule: its own window, nothing to group
+        return [_lone(runs[0], windows[0], logits[0])]
     out: list[WindowUpdate | None] = [None] * len(runs)
     joint = [i for i, run in enumerate(runs) if run.lev is None]
     if joint:
@@ -169,6 +171,20 @@ def _joint(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> lis
         for i, decision in zip(rows, _rule(runs, windows, x0p, rows)):
             out[i] = decision
     return out
+
+
+def _lone(run, window: Window, logits: torch.Tensor) -> WindowUpdate:
+    """`_joint` of one row: x0 and p (W,) from `sample_tokens`, the rule on the (W,) window with the row's
+    settings as numbers (what a row of `_rule` gets, the rule says)."""
+    cfg = run.cfg
+    x0, p = sample_tokens(logits, cfg.temperature, cfg.top_k, cfg.top_p, run.generator)  # (W,) each
+    tokens = run.seq[window.lo:window.hi]  # (W,)
+    frozen = torch.arange(window.lo, window.hi, device=tokens.device) < run.P  # prompt
+    d = rule.step(tokens, x0, p, frozen, mask_id=run.mask_id, threshold=cfg.threshold,
+                  editing_threshold=cfg.editing_threshold, active_start=window.hi - cfg.block_length - window.lo,
+                  num_to_transfer=cfg.num_to_transfer)
+    drafted, edited, mbe = torch.stack([d.drafted, d.edited, d.mbe_edited]).tolist()
+    return WindowUpdate(d.tokens, d.tokens.tolist(), tokens.tolist(), x0.tolist(), p.tolist(), drafted, edited, mbe)
 
 
 class _Sampled:

@@ -53,26 +53,27 @@ MayContinue = Callable[[int], bool]  # forwards the row has had -> may it have o
 def run_forwards(runs: list[Run], asks: list[ForwardAsk], memo: ForwardMemo | None = None) -> list[torch.Tensor | None]:
     """One model call for every row's forward -> per row logits (hi-lo, V) (None for a cache forward).
 
-    `memo` (`llada.forward_memo.ForwardMemo`): rows already computed are answered by it, not the model."""
-    with torch.inference_mode():
-        if len(runs) == 1 and runs[0].static is not None:
-            run, f = runs[0], asks[0]
-            return [run.static(run.x[:, f.lo:f.hi], f.lo, f.hi, f.groups_hi)]
-        rows, model = [run.model_input(f) for run, f in zip(runs, asks)], runs[0].model
-        logits = model.forward_rows(rows) if memo is None else memo.forward_rows(model, rows)
+    `memo` (`llada.forward_memo.ForwardMemo`): rows already computed are answered by it, not the model.
+    Called inside inference mode (`BatchDecoder.step`)."""
+    if len(runs) == 1 and runs[0].static is not None:
+        run, f = runs[0], asks[0]
+        return [run.static(run.x[:, f.lo:f.hi], f.lo, f.hi, f.groups_hi)]
+    rows, model = [run.model_input(f) for run, f in zip(runs, asks)], runs[0].model
+    logits = model.forward_rows(rows) if memo is None else memo.forward_rows(model, rows)
     return [out if out is None or out.shape[0] == f.hi - f.lo else out[-(f.hi - f.lo):] for out, f in zip(logits, asks)]
 
 
 def answer_forwards(runs: list[Run], asks: list[ForwardAsk],
                     logits: list[torch.Tensor | None]) -> list[WindowUpdate | None]:
     """Each row's answer to its forward: the rule's `WindowUpdate` for a decode forward, all rows decided at once
-    (`llada.decide`), None for a cache forward."""
+    (`llada.decide`), None for a cache forward. Called inside inference mode (`BatchDecoder.step`)."""
+    if len(runs) == 1:  # a lone row
+        return decide(runs, [Window(asks[0].lo, asks[0].hi)], logits) if asks[0].logits else [None]
     deciding = [i for i, ask in enumerate(asks) if ask.logits]
     answers: list[WindowUpdate | None] = [None] * len(asks)
     if deciding:
-        with torch.inference_mode():
-            decided = decide([runs[i] for i in deciding], [Window(asks[i].lo, asks[i].hi) for i in deciding],
-                             [logits[i] for i in deciding])
+        decided = decide([runs[i] for i in deciding], [Window(asks[i].lo, asks[i].hi) for i in deciding],
+                         [logits[i] for i in deciding])
         for i, decision in zip(deciding, decided):
             answers[i] = decision
     return answers
@@ -163,11 +164,12 @@ class BatchDecoder:
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
-            answers = answer_forwards(runs, asks, run_forwards(runs, asks, self.memo))
-            for row, answer in zip(list(self.active), answers):
-                row.ask = None
-                row.forwards += 1
-                out.append((row.index, row.loop.send(answer)))  # the record of that forward
+            with torch.inference_mode():  # the forward, the decisions and each loop's writes, in one stretch
+                answers = answer_forwards(runs, asks, run_forwards(runs, asks, self.memo))
+                for row, answer in zip(list(self.active), answers):
+                    row.ask = None
+                    row.forwards += 1
+                    out.append((row.index, row.loop.send(answer)))  # the record of that forward
         return out
 
     def _advance(self, rows: list[_Slot], out: list[tuple[int, StepRecord]]) -> None:

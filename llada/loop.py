@@ -129,8 +129,7 @@ def _step(run: Run, block: int, lo: int, block_step: int, d: WindowUpdate) -> St
     if not all(map(math.isfinite, d.conf)):
         raise NonFiniteLogits(f"the model produced non-finite logits at step {run.decode_forwards + 1} "
                               f"(block {block}): its weights are broken or overflow in this dtype")
-    with torch.inference_mode():
-        run.seq[lo:hi] = d.tokens
+    run.seq[lo:hi] = d.tokens  # the driver sends updates inside inference mode, where run.x was made
     run.decode_forwards += 1
     old, new, conf = d.old, d.new, d.conf
     had_masks = run.mask_id in old[a0 - lo:]

@@ -39,7 +39,7 @@ from torch import nn
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .norm_rope import RMSNorm, add_norm, norm_rope, rope_cos_sin, rope_table
-from .row_exact import linear, padded_counts, padded_rows, project, row_exact, row_exact_on, tile_product, transposed
+from .row_exact import expert_products, linear, padded_counts, padded_rows, project, row_exact, row_exact_on
 
 def block_causal_mask(groups: torch.Tensor, key_groups: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask (T, S): query i may see key j iff group[j] <= group[i].
@@ -195,7 +195,7 @@ class Router(nn.Module):
         """h (T, H) -> expert ids (T, K) and combine weights (T, K) fp32."""
         scores = torch.sigmoid(linear(h.float(), self.weight.float()))  # (T, E)
         biased = scores if self.expert_bias is None else scores + self.expert_bias.float()
-        ids = block_topk(biased, self.capacity, self.routing_block, self.top_k) if hasattr(self, "capacity") \
+        ids = block_topk(biased, self.capacity, self.routing_block, self.top_k) if "capacity" in self.__dict__ \
             else self._grouped_topk(biased)  # (T, K)
         w = scores.gather(1, ids)  # the bias steers the choice, never the weights
         w = w / (w.sum(-1, keepdim=True) + 1e-20) * self.scale
@@ -255,7 +255,7 @@ class Experts(nn.Module):
     def _tiled(self, x: torch.Tensor, order: torch.Tensor, counts: list[int], K: int) -> torch.Tensor:
         """The row-exact path -> (T*K, H) in (token, k) order: each expert's pairs padded to `padded_rows` as
         `tiled_matmul` pads them (here with copies of token 0: a padding row's result is never read), all
-        experts in one buffer of P rows, and every expert's two products (`tile_product`) written in place."""
+        experts in one buffer of P rows, and every expert's two products (`expert_products`) written in place."""
         sizes = padded_counts(counts, x.device)  # buffer rows of each expert (0 for one without pairs)
         starts = [0, *itertools.accumulate(sizes)]  # first buffer row of each expert (and the total, P)
         used = [e for e, n in enumerate(counts) if n]
@@ -264,21 +264,11 @@ class Experts(nn.Module):
         source = x.new_zeros(starts[-1], dtype=torch.long)  # padding rows read row 0 (no row depends on another:
         source[slot] = order.div(K, rounding_mode="floor")  # their results are never read)
         xp = x.index_select(0, source)  # (P, H)
-        gate, up = self._products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
-        y = self._products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
+        gate, up = expert_products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
+        y = expert_products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
         back = torch.empty_like(slot)
         back[order] = slot  # (T*K,): buffer row of each pair in (token, k) order
         return y.index_select(0, back)
-
-    @staticmethod
-    def _products(x: torch.Tensor, w: torch.Tensor, sizes: list[int], used: list[int]) -> torch.Tensor:
-        """x (P, in) -> (P, out): expert e's `sizes[e]` rows times its w[e]^T (`tile_product`), for each used e."""
-        w_t = transposed(w).unbind(0)  # E x (in, out)
-        out = x.new_empty(x.shape[0], w.shape[1])
-        xs, outs = x.split_with_sizes(sizes), out.split_with_sizes(sizes)  # each expert's rows, views
-        for e in used:
-            tile_product(xs[e], w_t[e], out=outs[e])
-        return out
 
 
 class MoE(nn.Module):
@@ -295,8 +285,8 @@ class MoE(nn.Module):
         H = h.shape[-1]
         flat = h if h.ndim == 2 else h.reshape(-1, H)  # (N, H)
         ids, w = self.gate(flat)
-        adds = [t if t.ndim == 2 else t.reshape(-1, H)
-                for t in (self.shared_experts(h) if self.shared_experts is not None else None, residual) if t is not None]
+        shared = self.shared_experts(h) if self.shared_experts is not None else None
+        adds = [t if t.ndim == 2 else t.reshape(-1, H) for t in (shared, residual) if t is not None]
         fused = getattr(self.experts, "forward_add", None)
         if fused is not None:
             return fused(flat, ids, w, adds).view(h.shape)
@@ -430,7 +420,7 @@ class LLaDA2MoE(nn.Module):
         if self.config.block_routing:
             check_routing_blocks(self.config, [(row.start, T) for row, T in zip(rows, sizes)])
         n = sum(sizes)
-        device = self.device
+        device = rows[0].ids.device
         pad = padded_rows(n, device) - n
         if len(rows) == 1 and not pad:  # a lone row of whole blocks: its own ids and positions
             ids, positions = rows[0].ids, torch.arange(rows[0].start, rows[0].start + n, device=device)

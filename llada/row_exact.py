@@ -74,23 +74,40 @@ def tiled_matmul(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
     return tile_product(x, w_t)[:n]
 
 
+cpu_product = torch.mm  # `tile_product` on the CPU, called by name where products come many to a forward
+# (`llada.bench.split` swaps it, with `tile_product`, to count or skip the products)
+
+
 def tile_product(x: torch.Tensor, w_t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """x (P, K) @ w_t (K, O) -> (P, O) (into `out` when given), P = `padded_rows` of some row count.
 
-    One plain product on the CPU, else a batched product of tiles (module docstring)."""
+    One plain product on the CPU (`cpu_product`), else a batched product of tiles (module docstring)."""
     if x.device.type == "cpu":
-        return torch.mm(x, w_t, out=out)
+        return cpu_product(x, w_t, out=out)
     tiles = x.shape[0] // TILE
     tiled = None if out is None else out.view(tiles, TILE, -1)
     return torch.bmm(x.view(tiles, TILE, -1), w_t.expand(tiles, *w_t.shape), out=tiled).view(tiles * TILE, -1)
 
 
+def expert_products(x: torch.Tensor, w: torch.Tensor, sizes: list[int], used: list[int]) -> torch.Tensor:
+    """x (P, in) -> (P, out): for each used expert e, its `sizes[e]` rows (padded, one after another) times
+    w[e]^T (w (E, out, in)), each one `tile_product` written in place."""
+    w_t = transposed(w).unbind(0)  # E x (in, out)
+    out = x.new_empty(x.shape[0], w.shape[1])
+    xs, outs = x.split_with_sizes(sizes), out.split_with_sizes(sizes)  # each expert's rows, views
+    product = cpu_product if x.is_cpu else tile_product
+    for e in used:
+        product(xs[e], w_t[e], out=outs[e])
+    return out
+
+
 def transposed(weight: torch.Tensor) -> torch.Tensor:
     """weight with its last two dims swapped; on the CPU a contiguous copy kept with the weight until it
     changes (MKL's batched product is 2-4x faster with a row-major right-hand side)."""
-    kept = weight.__dict__.get("_llada_transposed")  # first: a hit costs this and `data_ptr` alone
-    if kept is not None and kept[0] == (weight._version, weight.data_ptr(), weight.dtype, weight.shape):
-        return kept[1]
+    own = weight.__dict__  # a hit, checked first, costs one call (`data_ptr`)
+    if "_llada_transposed" in own and own["_llada_transposed"][0] == (weight._version, weight.data_ptr(),
+                                                                      weight.dtype, weight.shape):
+        return own["_llada_transposed"][1]
     if weight.device.type != "cpu":
         return weight.transpose(-1, -2)
     if weight.is_inference():  # e.g. a cast made inside inference mode: no version to watch, no keeping
@@ -110,7 +127,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     n = x.shape[0]
     if x.ndim == 2 and x.is_cpu and n and not n % CPU_ROWS:
-        out = tile_product(x, transposed(weight))
+        out = cpu_product(x, transposed(weight))
         return out if bias is None else out + bias
     x2 = x.reshape(-1, x.shape[-1])  # (N, K)
     n = x2.shape[0]

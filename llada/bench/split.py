@@ -3,7 +3,7 @@
 For each B in `--sizes`, the first B of the `--rows` held-out items that `llada.bench batch --rows`
 decodes (S mode; each item's first decode window of 32 tokens) run through `LLaDA2MoE.forward_rows`
 again and again, alternating two ways: as they are, and with every row-exact matrix product
-(`tile_product`: the projections, the experts, the output layer) skipped (its output left as zeros).
+(`tile_product`, `cpu_product`: the projections, the experts, the output layer) skipped (its output left as zeros).
 The routers still run, but hand on the experts of the real forward (zeros alone would send every token
 to the same experts and hide what each used expert costs), so both ways do the same work around the
 products. The difference is the products' time; the rest is everything else (attention with its own
@@ -38,13 +38,18 @@ from .timing import device_info, start, write_report
 
 @contextlib.contextmanager
 def products_replaced(product):
-    """Inside: `tile_product` (every row-exact matrix product of the model) is `product(x, w_t, out=None)`."""
-    real = model_module.tile_product
-    model_module.tile_product = row_exact_module.tile_product = product  # the experts' name, tiled_matmul's
+    """Inside: every row-exact matrix product of the model is `product(x, w_t, out=None)` (`tile_product`, and
+    `cpu_product`, the CPU's, that the experts and the padded projections call by name); yields the real one."""
+    real_tile, real_cpu = row_exact_module.tile_product, row_exact_module.cpu_product
+
+    def real(x, w_t, out=None):
+        return real_cpu(x, w_t, out=out) if x.is_cpu else real_tile(x, w_t, out)
+
+    row_exact_module.tile_product = row_exact_module.cpu_product = product
     try:
         yield real
     finally:
-        model_module.tile_product = row_exact_module.tile_product = real
+        row_exact_module.tile_product, row_exact_module.cpu_product = real_tile, real_cpu
 
 
 def products_skipped():
@@ -94,13 +99,13 @@ def routes_kept(routes: list[tuple[torch.Tensor, torch.Tensor]]):
 def product_flops(model, rows: list[RowInput]) -> int:
     """Floating-point operations of the row-exact matrix products of one `forward_rows(rows)` (padding rows
     included: they are computed)."""
-    count, real = [0], model_module.tile_product
+    count = [0]
 
     def counted(x, w_t, out=None):
         count[0] += 2 * x.shape[0] * x.shape[1] * w_t.shape[1]
         return real(x, w_t, out=out)
 
-    with products_replaced(counted), torch.inference_mode():
+    with products_replaced(counted) as real, torch.inference_mode():
         model.forward_rows(rows)
     return count[0]
 
