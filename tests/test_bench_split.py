@@ -30,13 +30,13 @@ def test_split_bench_writes_its_report(tmp_path, capsys):
 def test_skipping_the_products_changes_the_forward_and_is_undone():
     torch.manual_seed(0)
     model, prompts, cfg, mask_id, eos_id = workload("embedded", 1, "S", torch.device("cpu"))
-    before = model_module.tile_product, row_exact.tile_product
+    before = row_exact.cpu_product, row_exact.tile_product
     with torch.inference_mode():
         real = model.forward_rows(first_windows(model, prompts, cfg, mask_id, eos_id))[0]
         with products_skipped():
             skipped = model.forward_rows(first_windows(model, prompts, cfg, mask_id, eos_id))[0]
         again = model.forward_rows(first_windows(model, prompts, cfg, mask_id, eos_id))[0]
-    assert (model_module.tile_product, row_exact.tile_product) == before
+    assert (row_exact.cpu_product, row_exact.tile_product) == before
     assert torch.equal(real, again) and not torch.equal(real, skipped)
     assert torch.count_nonzero(skipped) == 0  # the output layer is a product too
 
@@ -85,9 +85,9 @@ def test_product_flops_count_the_projections_of_a_forward():
     each) and the experts' on top, and leaves the model's products as they were."""
     model, prompts, cfg, mask_id, eos_id = workload("embedded", 1, "S", torch.device("cpu"))
     c = model.config
-    before = model_module.tile_product
+    before = row_exact.cpu_product, row_exact.tile_product
     flops = product_flops(model, first_windows(model, prompts, cfg, mask_id, eos_id))
-    assert model_module.tile_product is before
+    assert (row_exact.cpu_product, row_exact.tile_product) == before
     N, H = 32, c.hidden_size
     qkv = H * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
     attention = 2 * N * (qkv + c.num_attention_heads * c.head_dim * H) * c.num_hidden_layers

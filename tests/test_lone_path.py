@@ -1,8 +1,10 @@
 """A lone run (one row in the forward) takes the lone path: no sorting of rows, no padding of its products
-(`tiled_matmul`), and its trace is still bit for bit the trace of its row in a batch."""
+(`tiled_matmul`), no grouping of rows for the rule (`decide._rule`), and its trace is still bit for bit the
+trace of its row in a batch."""
 
 import torch
 
+from llada import decide as decide_module
 from llada import model as model_module
 from llada import row_exact
 from llada.decode import generate, generate_batch
@@ -33,10 +35,11 @@ def test_a_lone_run_skips_the_batch_bookkeeping_and_equals_its_batched_row(ref_m
     ids = golden["mask_id"], golden["eos_id"]
     sorts = _counted(monkeypatch, model_module, "attention_key")
     pads = _counted(monkeypatch, row_exact, "tiled_matmul")
+    grouped = _counted(monkeypatch, decide_module, "_rule")
     alone = [generate(ref_model, p, c, *ids) for p, c in zip(prompts, cfgs)]
-    assert (sorts[0], pads[0]) == (0, 0)
+    assert (sorts[0], pads[0], grouped[0]) == (0, 0, 0)
     batch = generate_batch(ref_model, prompts, cfgs, *ids)
-    assert sorts[0] > 0  # the batch sorts its rows: the counter sees the shared path
+    assert sorts[0] > 0 and grouped[0] > 0  # the batch sorts and groups its rows: the counters see the shared path
     for a, b in zip(alone, batch):
         assert _key(b) == _key(a) and b.output_ids == a.output_ids
 
