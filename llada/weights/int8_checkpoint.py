@@ -82,12 +82,12 @@ def _stream(slots, writer: ShardWriter, tensors: dict, progress: bool) -> None:
                 reader.copy_into(entry, t)
                 name = hf_name(slot.key)
                 if tensors[name][0] == torch.int8:
-                    _write_rows(writer, name, slot, tensors[name][1], t)
+                    write_rows(writer, name, slot, tensors[name][1], t)
                 else:
                     writer.write(name, t)
 
 
-def _write_rows(writer: ShardWriter, name: str, slot, shape: tuple[int, ...], w: torch.Tensor) -> None:
+def write_rows(writer: ShardWriter, name: str, slot, shape: tuple[int, ...], w: torch.Tensor) -> None:
     """Quantize w (n, K), rows of the int8 tensor `name` (shape (N, K) or (E, N, K)), and write codes and scales
     at their place: row r of expert e is row e * N + r of the flattened tensor."""
     from ..fast.int8 import quantize_int8

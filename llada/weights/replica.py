@@ -1,6 +1,6 @@
 """A LLaDA2.1-mini replica in the real Hugging Face format, random weights, any size.
 
-    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--shard-mb N] [--seed S]
+    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--format bf16|int8] [--shard-mb N] [--seed S]
 
 writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is full size, ~32 GB):
 
@@ -16,6 +16,12 @@ writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is fu
   model card documents; `<|startoftext|>`, `[CLS]`, `[gMASK]`, `<role>`, `</role>`, `<|role_end|>`
   beside them) and a chat template in the Ling format
   (`<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>...<|role_end|><role>ASSISTANT</role>`).
+
+`--format int8` writes the same weights (the same seed draws the same numbers in the same order) straight
+in the int8 checkpoint format (`llada.weights.int8_format`): each tensor is drawn in bf16, quantized and
+written at its place in shards laid out beforehand, so the full-size mini (~16 GB in int8) is written
+holding one tensor, never its 32 GB bf16 form. The result is byte for byte what
+`python -m llada.weights.int8_checkpoint` makes of the bf16 replica of the same seed.
 
 Weights: N(0, 0.02), output projections N(0, 0.02 / sqrt(2 * layers)), norms 1, expert bias N(0, 1e-3):
 a random model whose logits are finite in bf16, for tests and benchmarks, never for text.
@@ -40,6 +46,7 @@ SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mas
                   "<|role_end|>")
 FIRST_SPECIAL = 156891  # so that <|endoftext|> = 156892 and <|mask|> = 156895
 EOS_ID, MASK_ID = 156892, 156895
+FORMATS = ("bf16", "int8")
 CHAT_TEMPLATE = (
     "<role>SYSTEM</role>{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n{% endif %}"
     "detailed thinking off<|role_end|>"
@@ -145,6 +152,39 @@ def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int =
     return files
 
 
+def write_int8_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 4 << 30, device: str = "cpu",
+                       progress: bool = False) -> list[Path]:
+    """`write_weights`' tensors, drawn in the same order, quantized one at a time and written in the int8 format
+    (experts stacked, codes + row scales; `llada.weights.int8_checkpoint`); the shard files written."""
+    from . import int8_format
+    from .checkpoint import expected_tensors, hf_name
+    from .fp8_checkpoint import ShardWriter, _write_index, output_tensors, plan_shards
+    from .int8_checkpoint import write_rows
+    from ..model import LLaDA2MoE
+
+    with torch.device("meta"):
+        plain, quantized = LLaDA2MoE(cfg).to(torch.bfloat16), LLaDA2MoE(cfg).to(torch.bfloat16)
+    int8_format.swap_modules(quantized)
+    tensors = output_tensors(quantized)  # the int8 directory's tensors: HF name -> (dtype, shape)
+    slots = expected_tensors(plain)  # each bf16 tensor's place: runtime key, expert, rows
+    layout = plan_shards(tensors, out, shard_bytes)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad(), ShardWriter(layout) as writer:
+        for name, shape in _progress(tensor_shapes(cfg), progress, "writing int8 tensors", "tensor"):
+            t = random_tensor(name, shape, cfg.num_hidden_layers, gen, device)  # drawn even if unused: same stream
+            slot = slots.get(name)
+            if slot is None:  # a tied lm_head
+                continue
+            target = hf_name(slot.key)
+            dtype, full = tensors[target]
+            if dtype == torch.int8:
+                write_rows(writer, target, slot, full, t)
+            else:
+                writer.write(target, t)
+    _write_index(layout)
+    return layout.files
+
+
 def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
     """A byte-level BPE whose ids run up to FIRST_SPECIAL, the special tokens after it, the chat template."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -173,39 +213,54 @@ def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
 
 
 def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_bytes: int | None = None,
-                  device: str = "cpu", progress: bool = False, **overrides) -> Path:
-    """Write a whole replica directory (config, generation config, shards + index, tokenizer)."""
+                  device: str = "cpu", progress: bool = False, format: str = "bf16", **overrides) -> Path:
+    """Write a whole replica directory (config, generation config, shards + index, tokenizer last), its
+    weights in bf16 or (format "int8") in the int8 checkpoint format."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     raw = replica_config(shape, **overrides)
     cfg = ModelConfig.from_dict(raw)
+    if format == "int8":
+        from .int8_format import QUANTIZATION_CONFIG
+
+        raw = raw | {"quantization_config": QUANTIZATION_CONFIG, "torch_dtype": "bfloat16"}  # as the converter writes
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     generation = {"bos_token_id": FIRST_SPECIAL, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    total = sum(cfg.parameter_counts().values()) * 2
-    write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+    if format == "int8":
+        from .memory import weight_bytes
+
+        total = weight_bytes(cfg, torch.bfloat16, "int8")
+        write_int8_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+    else:
+        total = sum(cfg.parameter_counts().values()) * 2
+        write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
     write_tokenizer(out, cfg.vocab_size)
     return out
 
 
-def _progress(items, enabled: bool, desc: str):
+def _progress(items, enabled: bool, desc: str, unit: str = "shard"):
     if not enabled:
         return items
     from tqdm import tqdm
 
-    return tqdm(items, desc=desc, unit="shard", disable=None)
+    return tqdm(items, desc=desc, unit=unit, disable=None, mininterval=5)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llada.weights.replica", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="directory to write (created)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
+    parser.add_argument("--format", choices=FORMATS, default="bf16",
+                        help="bf16 (as published) or int8 (the int8 checkpoint format, written without the bf16 form)")
     parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda is faster)")
     args = parser.parse_args(argv)
     shard = args.shard_mb << 20 if args.shard_mb else None
-    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True)
+    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, format=args.format)
     size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 2**30:.2f} GiB of weights)", file=sys.stderr)
     return 0
