@@ -127,8 +127,38 @@ def random_tensor(name: str, shape: tuple[int, ...], layers: int, gen: torch.Gen
     return t.to(torch.bfloat16).cpu()
 
 
+class Draws:
+    """Where a replica's random tensors come from, in `tensor_shapes` order.
+
+    pool_rows 0: each tensor drawn fresh from one generator (`random_tensor`). pool_rows R > 0: a matrix of at
+    most R rows is a run of consecutive rows, at a random start, of one (R, K) pool per (std, K) drawn once:
+    every weight has the same distribution, the full-size mini costs a few pools instead of 16e9 normal draws,
+    and the pool's int8 codes are computed once too (`int8`). Matrices then share rows (expert 7's gate may be
+    expert 3's shifted): fine for memory and speed, meaningless for text, as every replica is."""
+
+    def __init__(self, layers: int, seed: int = 0, device: str = "cpu", pool_rows: int = 0):
+        self.layers, self.device, self.pool_rows = layers, device, pool_rows
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.pools = {}  # (std, K) -> (bf16 (R, K), int8 codes (R, K), bf16 scales (R,))
+
+    def draw(self, name: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple | None]:
+        """(the bf16 tensor, its int8 (codes, scales) when they came with it from a pool, else None)."""
+        if not self.pool_rows or len(shape) != 2 or shape[0] > self.pool_rows or name.endswith("norm.weight"):
+            return random_tensor(name, shape, self.layers, self.gen, self.device), None
+        std = 0.02 / math.sqrt(2 * self.layers) if name.endswith(("dense.weight", "down_proj.weight")) else 0.02
+        N, K = shape
+        if (std, K) not in self.pools:
+            from ..fast.int8 import quantize_int8
+
+            w = (torch.randn(self.pool_rows, K, generator=self.gen, device=self.device) * std).to(torch.bfloat16).cpu()
+            self.pools[std, K] = (w, *quantize_int8(w))  # per-row scales: any run of rows is quantized alike
+        start = int(torch.randint(self.pool_rows - N + 1, (1,), generator=self.gen, device=self.device))
+        w, q, s = self.pools[std, K]
+        return w[start:start + N], (q[start:start + N], s[start:start + N])
+
+
 def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 5 << 30, device: str = "cpu",
-                  progress: bool = False) -> list[Path]:
+                  progress: bool = False, pool_rows: int = 0) -> list[Path]:
     """Sharded bf16 safetensors and their index; one shard in memory at a time."""
     shapes = tensor_shapes(cfg)
     shards, size = [[]], 0
@@ -140,10 +170,10 @@ def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int =
         shards[-1].append((name, shape))
         size += nbytes
     files = [out / f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
-    gen = torch.Generator(device=device).manual_seed(seed)
+    draws = Draws(cfg.num_hidden_layers, seed, device, pool_rows)
     weight_map = {}
     for f, shard in zip(files, _progress(shards, progress, "writing shards")):
-        tensors = {name: random_tensor(name, shape, cfg.num_hidden_layers, gen, device) for name, shape in shard}
+        tensors = {name: draws.draw(name, shape)[0].clone() for name, shape in shard}  # clone: no shared pools
         save_file(tensors, str(f), metadata={"format": "pt"})
         weight_map |= {name: f.name for name in tensors}
         del tensors
@@ -153,13 +183,14 @@ def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int =
 
 
 def write_int8_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 4 << 30, device: str = "cpu",
-                       progress: bool = False) -> list[Path]:
+                       progress: bool = False, pool_rows: int = 0) -> list[Path]:
     """`write_weights`' tensors, drawn in the same order, quantized one at a time and written in the int8 format
     (experts stacked, codes + row scales; `llada.weights.int8_checkpoint`); the shard files written."""
     from . import int8_format
     from .checkpoint import expected_tensors, hf_name
     from .fp8_checkpoint import ShardWriter, _write_index, output_tensors, plan_shards
     from .int8_checkpoint import write_rows
+    from ..fast.int8 import quantize_int8
     from ..model import LLaDA2MoE
 
     with torch.device("meta"):
@@ -168,17 +199,17 @@ def write_int8_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: 
     tensors = output_tensors(quantized)  # the int8 directory's tensors: HF name -> (dtype, shape)
     slots = expected_tensors(plain)  # each bf16 tensor's place: runtime key, expert, rows
     layout = plan_shards(tensors, out, shard_bytes)
-    gen = torch.Generator(device=device).manual_seed(seed)
+    draws = Draws(cfg.num_hidden_layers, seed, device, pool_rows)
     with torch.no_grad(), ShardWriter(layout) as writer:
         for name, shape in _progress(tensor_shapes(cfg), progress, "writing int8 tensors", "tensor"):
-            t = random_tensor(name, shape, cfg.num_hidden_layers, gen, device)  # drawn even if unused: same stream
+            t, quantized = draws.draw(name, shape)  # drawn even if unused: the same stream as write_weights
             slot = slots.get(name)
             if slot is None:  # a tied lm_head
                 continue
             target = hf_name(slot.key)
             dtype, full = tensors[target]
             if dtype == torch.int8:
-                write_rows(writer, target, slot, full, t)
+                write_rows(writer, target, slot, full, *(quantized or quantize_int8(t)))
             else:
                 writer.write(target, t)
     _write_index(layout)
@@ -213,7 +244,8 @@ def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
 
 
 def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_bytes: int | None = None,
-                  device: str = "cpu", progress: bool = False, format: str = "bf16", **overrides) -> Path:
+                  device: str = "cpu", progress: bool = False, format: str = "bf16", pool_rows: int = 0,
+                  **overrides) -> Path:
     """Write a whole replica directory (config, generation config, shards + index, tokenizer last), its
     weights in bf16 or (format "int8") in the int8 checkpoint format."""
     if format not in FORMATS:
@@ -233,10 +265,10 @@ def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_byt
         from .memory import weight_bytes
 
         total = weight_bytes(cfg, torch.bfloat16, "int8")
-        write_int8_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+        write_int8_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress, pool_rows)
     else:
         total = sum(cfg.parameter_counts().values()) * 2
-        write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+        write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress, pool_rows)
     write_tokenizer(out, cfg.vocab_size)
     return out
 
@@ -257,10 +289,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="bf16 (as published) or int8 (the int8 checkpoint format, written without the bf16 form)")
     parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pool-rows", type=int, default=0,
+                        help="draw matrices as row runs of pools of this many rows (Draws: the mini in minutes)")
     parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda is faster)")
     args = parser.parse_args(argv)
     shard = args.shard_mb << 20 if args.shard_mb else None
-    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, format=args.format)
+    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, format=args.format,
+                        pool_rows=args.pool_rows)
     size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 2**30:.2f} GiB of weights)", file=sys.stderr)
     return 0
