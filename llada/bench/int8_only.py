@@ -4,7 +4,8 @@
 
 The bf16 LLaDA2.1-mini (30.3 GiB of weights) fits no 32 GB machine, so there is no default load to compare
 with; this mode measures what a CPU user of the mini gets. The replica (`llada.weights.replica --format
-int8`: random weights, real shapes, drawn from row pools) is written once to `--workdir` without ever holding the bf16 model.
+int8`: random weights, real shapes, drawn from row pools) is written once to `--workdir`, never holding
+the bf16 model.
 Before the load, the parent waits until `MemAvailable` covers the int8 weights plus `ROOM_MARGIN` (polled
 every 30 s for up to 15 min, saying why it waits), then one child process that does nothing else measures:
 
