@@ -12,9 +12,10 @@ every 30 s for up to 15 min, saying why it waits), then one child process that d
 * load: seconds, peak RSS (VmHWM), the bytes its weights hold against the bf16 checkpoint's bytes computed
   from config.json (target <= 0.6x), and how far the load's peak rose above the held bytes against the
   largest shard (target: at most one shard);
-* forward: a `--block`-token block over a `--prefix`-token KV cache (the decode loop's `forward_rows`),
-  seconds per forward; the routed experts that forward touched (counted, not assumed), hence the bytes it
-  read; this machine's copy bandwidth (a 512 MiB torch copy, the same process) and the floor they give;
+* forward: a `--block`-token block over a `--prefix`-token KV cache of random keys and values
+  (`filled_cache`: no prefill) through the decode loop's `forward_rows`, seconds per forward; the routed
+  experts that forward touched (counted, not assumed), hence the bytes it read; this machine's
+  copy bandwidth (a 512 MiB torch copy, the same process) and the floor they give;
 * decode: S mode (`llada.presets`) from a 16-token prompt, `--gen-length` tokens: forwards, seconds,
   tokens/s, and the decode's peak RSS. Random weights are never confident, so S commits about one token
   per forward here: tokens/s is a floor; a trained model's is its tokens-per-forward / seconds-per-forward.
@@ -100,7 +101,7 @@ def measure(args) -> dict:
     """In the child: load the int8 directory as it is stored, then the forward and the S decode."""
     from ..weights import memory
     from ..weights.checkpoint import load_model, read_config, shard_files
-    from .int8 import _forward_seconds, _held_bytes, _peak_rss, _prefill, _reset_peak, _rss
+    from .int8 import _forward_seconds, _held_bytes, _peak_rss, _reset_peak, _rss
     from .timing import copy_gb_per_s
 
     root = Path(args.model)
@@ -108,11 +109,14 @@ def measure(args) -> dict:
     before, start = _rss(), time.perf_counter()
     model = load_model(root)
     load_s, load_peak, held = time.perf_counter() - start, _peak_rss(), _held_bytes(model)
+    _say(f"loaded in {load_s:.0f} s, peak RSS {load_peak / GIB:.2f} GiB")
     _reset_peak()
-    cache, block = _prefill(model, args.prefix, args.block)
+    cache, block = filled_cache(model, args.prefix, args.block)
     seconds = _forward_seconds(model, cache, block, args.prefix, args.iters)
+    _say(f"seconds per forward {seconds}")
     read = _bytes_read(model, cache, block, args.prefix)
     decode = _decode_s(model, root, args.gen_length)
+    _say(f"S decode {decode}")
     decode_peak = _peak_rss()  # before the copy-bandwidth buffers below
     copy = copy_gb_per_s(torch.device("cpu"), 512 << 20, 5)
     return {"quantize": "int8", "load_seconds": round(load_s, 2), "rss_before_load_bytes": before,
@@ -123,6 +127,24 @@ def measure(args) -> dict:
             "bandwidth_floor_seconds": float(f"{read['forward_bytes_read'] / (copy * 1e9):.3g}"),
             "bandwidth_floor_all_weights_seconds": float(f"{read['all_weights_bytes_read'] / (copy * 1e9):.3g}"),
             "decode_S": decode, "threads": torch.get_num_threads()}
+
+
+def _say(text: str) -> None:
+    print(f"[int8] {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+def filled_cache(model, prefix: int, block: int):
+    """A KV cache holding `prefix` positions of random keys and values (what a forward over the block reads
+    and attends to, as after a prefill) and the block's ids: the 1k-token prefill itself, minutes of compute
+    on a slow CPU, changes nothing that the timed forward does."""
+    from .int8 import _random_ids
+
+    cache = model.new_cache(prefix + block)
+    gen = torch.Generator().manual_seed(0)
+    for t in (cache.k, cache.v):
+        t[..., :prefix, :].copy_(torch.randn(t[..., :prefix, :].shape, generator=gen))
+    cache.commit(prefix)
+    return cache, _random_ids(model.config.vocab_size, block, seed=0)
 
 
 def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
