@@ -56,6 +56,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="only the int8 model, from a replica written straight in int8 (llada.bench.int8_only)")
     parser.add_argument("--min-available-gib", type=float, default=None,
                         help="--int8-only: MemAvailable to wait for before the load (default: int8 weights + 3.75)")
+    parser.add_argument("--decode-seconds", type=float, default=600,
+                        help="--int8-only: the S decode stops before its first forward after this many seconds")
     parser.add_argument("--child", choices=[*VARIANTS, "agree", "int8-only"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -69,7 +71,7 @@ def main(argv: list[str]) -> int:
         from . import int8_only
 
         if args.child:
-            print(json.dumps(int8_only.measure(args)))
+            int8_only.measure(args)  # one JSON line per stage on stdout
             return 0
         return int8_only.run(args, argv)
     if args.child:

@@ -16,9 +16,10 @@ every 30 s for up to 15 min, saying why it waits), then one child process that d
   (`filled_cache`: no prefill) through the decode loop's `forward_rows`, seconds per forward; the routed
   experts that forward touched (counted, not assumed), hence the bytes it read; this machine's
   copy bandwidth (a 512 MiB torch copy, the same process) and the floor they give;
-* decode: S mode (`llada.presets`) from a 16-token prompt, `--gen-length` tokens: forwards, seconds,
-  tokens/s, and the decode's peak RSS. Random weights are never confident, so S commits about one token
-  per forward here: tokens/s is a floor; a trained model's is its tokens-per-forward / seconds-per-forward.
+* decode: S mode (`llada.presets`) from a 16-token prompt, `--gen-length` tokens, stopped after
+  `--decode-seconds`: forwards, seconds, tokens committed, tokens/s, and the decode's peak RSS. Random
+  weights are never confident, so S commits about one token per forward here: tokens/s is a floor;
+  a trained model's is its tokens-per-forward / seconds-per-forward.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def wait_for_room(need: int, read=mem_available, sleep=time.sleep, poll_s: float
 
 def run(args, argv: list[str]) -> int:
     """The parent: the replica, the wait for room, one child, the report."""
-    from .int8 import _child, _where
+    from .int8 import _where
     from .timing import write_report
 
     root = Path(args.model) if args.model else int8_replica(args.shape, Path(args.workdir))
@@ -89,7 +90,7 @@ def run(args, argv: list[str]) -> int:
     need = int(args.min_available_gib * GIB) if args.min_available_gib else needed_bytes(root)
     room, waited, why = wait_for_room(need)
     report["room"] = {"needed_bytes": need, "mem_available_bytes": room, "waited_seconds": waited}
-    report["int8"] = {"skipped": why} if why else _child(args, root, "int8-only")
+    report["int8"] = {"skipped": why} if why else _child(args, root)
     report |= targets(report["int8"])
     name = args.shape if not args.model else root.name
     out = write_report(report, args.out, f"bench/results/int8-only-{name}.json")
@@ -97,36 +98,69 @@ def run(args, argv: list[str]) -> int:
     return 0
 
 
+def _child(args, root: Path) -> dict:
+    """The child's last JSON line; a child that stopped early (killed, out of memory) reports what it had."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "llada.bench", "int8", "--child", "int8-only", "--model", str(root), "--prefix",
+           str(args.prefix), "--block", str(args.block), "--iters", str(args.iters), "--gen-length",
+           str(args.gen_length), "--decode-seconds", str(args.decode_seconds)]
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    print(f"[int8] int8-only: {' '.join(cmd[1:])}", file=sys.stderr)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    out = json.loads(lines[-1]) if lines else {}
+    return out if not done.returncode else out | {"failed": f"exit status {done.returncode} (figures: the stages done)"}
+
+
 def measure(args) -> dict:
-    """In the child: load the int8 directory as it is stored, then the forward and the S decode."""
+    """In the child: load the int8 directory as it is stored, then the forward and the S decode. After each
+    stage the figures so far go to stdout as one JSON line: a run stopped midway still reports them."""
     from ..weights import memory
     from ..weights.checkpoint import load_model, read_config, shard_files
     from .int8 import _forward_seconds, _held_bytes, _peak_rss, _reset_peak, _rss
-    from .timing import copy_gb_per_s
 
     root = Path(args.model)
     cfg = read_config(root)[0]
     before, start = _rss(), time.perf_counter()
     model = load_model(root)
-    load_s, load_peak, held = time.perf_counter() - start, _peak_rss(), _held_bytes(model)
-    _say(f"loaded in {load_s:.0f} s, peak RSS {load_peak / GIB:.2f} GiB")
+    load_s = time.perf_counter() - start
+    r = {"quantize": "int8", "load_seconds": round(load_s, 2), "rss_before_load_bytes": before,
+         "peak_rss_load_bytes": _peak_rss(), "weights_bytes_held": _held_bytes(model),
+         "bf16_checkpoint_bytes": memory.weight_bytes(cfg, torch.bfloat16),
+         "largest_shard_bytes": max(f.stat().st_size for f in shard_files(root)), "threads": torch.get_num_threads()}
+    _emit(r, f"loaded in {load_s:.0f} s, peak RSS {r['peak_rss_load_bytes'] / GIB:.2f} GiB")
     _reset_peak()
     cache, block = filled_cache(model, args.prefix, args.block)
-    seconds = _forward_seconds(model, cache, block, args.prefix, args.iters)
-    _say(f"seconds per forward {seconds}")
-    read = _bytes_read(model, cache, block, args.prefix)
-    decode = _decode_s(model, root, args.gen_length)
-    _say(f"S decode {decode}")
-    decode_peak = _peak_rss()  # before the copy-bandwidth buffers below
+    cpu = time.process_time()
+    r["seconds_per_forward"] = _forward_seconds(model, cache, block, args.prefix, args.iters)
+    r["cpu_seconds_per_forward"] = round((time.process_time() - cpu) / (args.iters + 1), 2)  # warm-up included:
+    #   the CPU time this process got, all threads; on a busy machine wall time is this spread over its share
+    r |= _bytes_read(model, cache, block, args.prefix)
+    r["peak_rss_decode_bytes"] = forward_peak = _peak_rss()  # the copy buffers below are not the decode's
+    r |= _floor(r)
+    _emit(r, f"seconds per forward {r['seconds_per_forward']}, floor {r['bandwidth_floor_seconds']} s")
+    del cache
+    _reset_peak()
+    r["decode_S"] = _decode_s(model, root, args.gen_length, args.decode_seconds)
+    r["peak_rss_decode_bytes"] = max(forward_peak, _peak_rss())
+    _emit(r, f"S decode {r['decode_S']}")
+    return r
+
+
+def _floor(r: dict) -> dict:
+    """This machine's copy bandwidth (a 512 MiB torch copy) and the seconds the forward's bytes need at it."""
+    from .timing import copy_gb_per_s
+
     copy = copy_gb_per_s(torch.device("cpu"), 512 << 20, 5)
-    return {"quantize": "int8", "load_seconds": round(load_s, 2), "rss_before_load_bytes": before,
-            "peak_rss_load_bytes": load_peak, "peak_rss_decode_bytes": decode_peak, "weights_bytes_held": held,
-            "bf16_checkpoint_bytes": memory.weight_bytes(cfg, torch.bfloat16),
-            "largest_shard_bytes": max(f.stat().st_size for f in shard_files(root)),
-            "seconds_per_forward": seconds, **read, "copy_gb_per_s": round(copy, 2),
-            "bandwidth_floor_seconds": float(f"{read['forward_bytes_read'] / (copy * 1e9):.3g}"),
-            "bandwidth_floor_all_weights_seconds": float(f"{read['all_weights_bytes_read'] / (copy * 1e9):.3g}"),
-            "decode_S": decode, "threads": torch.get_num_threads()}
+    return {"copy_gb_per_s": round(copy, 2),
+            "bandwidth_floor_seconds": float(f"{r['forward_bytes_read'] / (copy * 1e9):.3g}"),
+            "bandwidth_floor_all_weights_seconds": float(f"{r['all_weights_bytes_read'] / (copy * 1e9):.3g}")}
+
+
+def _emit(r: dict, text: str) -> None:
+    print(json.dumps(r), flush=True)
+    _say(text)
 
 
 def _say(text: str) -> None:
@@ -172,11 +206,13 @@ def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
             "forward_bytes_read": int(everything - (1 - share) * expert_bytes)}
 
 
-def _decode_s(model, root: Path, gen_length: int) -> dict:
-    """S mode from a 16-token prompt: forwards, seconds, tokens/s (block 32, or gen_length if shorter)."""
-    from ..decode import generate
+def _decode_s(model, root: Path, gen_length: int, budget_s: float) -> dict:
+    """S mode from a 16-token prompt (block 32, or gen_length if shorter), stopped before the first forward
+    after `budget_s` seconds: forwards, seconds, tokens committed (not mask) and tokens/s."""
+    from ..decode import decode
     from ..pipeline import special_id
     from ..presets import resolve
+    from ..trace import Trace
     from ..weights.checkpoint import read_config
     from ..weights.tokenizer import load_tokenizer
     from .int8 import _random_ids
@@ -186,12 +222,16 @@ def _decode_s(model, root: Path, gen_length: int) -> dict:
     cfg = resolve("S", gen_length=gen_length, block_length=min(32, gen_length))
     prompt = _random_ids(raw["vocab_size"], 16, seed=2, avoid=(mask_id, eos_id)).tolist()
     start = time.perf_counter()
-    trace = generate(model, prompt, cfg, mask_id, eos_id)
-    seconds = time.perf_counter() - start
+    stream = decode(model, prompt, cfg, mask_id, eos_id, may_continue=lambda n: time.perf_counter() - start < budget_s)
+    trace = Trace(prompt_ids=prompt, settings=cfg, mask_id=mask_id, eos_id=eos_id)
+    for _ in trace.follow(stream):
+        pass
+    trace, seconds = trace.finish(), time.perf_counter() - start
+    tokens = sum(t != mask_id for t in trace.output_ids)
     return {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, "block_length": cfg.block_length,
-            "tokens": len(trace.output_ids), "forwards": trace.forwards, "seconds": round(seconds, 2),
-            "seconds_per_forward": round(seconds / max(trace.forwards, 1), 3),
-            "tokens_per_s": round(len(trace.output_ids) / seconds, 3), "tpf": round(trace.tpf, 3)}
+            "gen_length": gen_length, "budget_seconds": budget_s, "tokens": tokens, "forwards": trace.forwards,
+            "seconds": round(seconds, 2), "seconds_per_forward": round(seconds / max(trace.forwards, 1), 3),
+            "tokens_per_s": round(tokens / seconds, 3), "tpf": round(tokens / max(trace.forwards, 1), 3)}
 
 
 def targets(r: dict) -> dict:
@@ -206,11 +246,13 @@ def targets(r: dict) -> dict:
 
 def summary(r: dict) -> str:
     q = r["int8"]
-    if "seconds_per_forward" not in q:
+    if "weights_bytes_held" not in q:
         return f"[int8] {q}"
-    d = q["decode_S"]
-    return (f"[int8] load {q['load_seconds']:.0f} s, held {q['weights_bytes_held'] / GIB:.2f} GiB "
-            f"({r['int8_held_over_bf16_checkpoint']}x bf16), peak RSS load {q['peak_rss_load_bytes'] / GIB:.2f} / "
-            f"decode {q['peak_rss_decode_bytes'] / GIB:.2f} GiB; {min(q['seconds_per_forward']):.2f} s/forward "
-            f"(floor {q['bandwidth_floor_seconds']} s at {q['copy_gb_per_s']} GB/s); S: {d['tokens_per_s']} tokens/s, "
-            f"{d['forwards']} forwards; " + json.dumps({"load_average": r["load_average"]}))
+    parts = [f"load {q['load_seconds']:.0f} s, held {q['weights_bytes_held'] / GIB:.2f} GiB "
+             f"({r['int8_held_over_bf16_checkpoint']}x bf16), peak RSS load {q['peak_rss_load_bytes'] / GIB:.2f} GiB"]
+    if "seconds_per_forward" in q:
+        parts.append(f"{min(q['seconds_per_forward']):.2f} s/forward (floor {q['bandwidth_floor_seconds']} s at "
+                     f"{q['copy_gb_per_s']} GB/s), peak RSS decode {q['peak_rss_decode_bytes'] / GIB:.2f} GiB")
+    if "decode_S" in q:
+        parts.append(f"S: {q['decode_S']['tokens_per_s']} tokens/s over {q['decode_S']['forwards']} forwards")
+    return "[int8] " + "; ".join(parts + [q.get("failed", "")]) + f"; load average {r['load_average']}"
