@@ -8,7 +8,10 @@ Official values (model card "Best Practices"):
     M2T   0.95      off       16              32     drafting only, the LLaDA2.0-like baseline
 
 A model directory may ship `presets.json` ({"S": {"threshold": .., ...}, ...}): its modes replace the
-official ones key by key (a mode it does not name keeps the official values; it may add modes).
+official ones key by key (a mode it does not name keeps the official values; it may add modes). A small
+model calibrates its own S and Q this way (`python -m llada.eval.calibrate`); the official S and Q stay
+one name away in every table as `S_OFFICIAL` and `Q_OFFICIAL`: the model's mode with the official values
+laid over it (its other settings, such as EOS early stop, kept), unless presets.json names them itself.
 
 The rule, the same for the command line, the API, the playground and the evaluation: a named mode
 sets every setting it names; a setting given explicitly overrides the mode's (`resolve`).
@@ -27,6 +30,7 @@ OFFICIAL: dict[str, dict] = {
     "Q": {"threshold": 0.7, "editing_threshold": 0.5, "max_post_steps": 16, "block_length": 32},
     "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 16, "block_length": 32},
 }
+OFFICIAL_ALIASES = {"S_OFFICIAL": "S", "Q_OFFICIAL": "Q"}  # in every table: the official values of S and Q
 
 
 class PresetError(ValueError):
@@ -37,7 +41,7 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
     """The DecodeConfig of `mode` in `table` (official when None), every `explicit` setting on top.
 
     Pass only what the user set: `editing_threshold=None` means editing off, not "the mode's value"."""
-    table = OFFICIAL if table is None else table
+    table = merged({}) if table is None else table
     key = mode.upper() if isinstance(mode, str) else mode
     if key not in table:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(table)}")
@@ -48,10 +52,13 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
 
 
 def merged(own: dict[str, dict]) -> dict[str, dict]:
-    """The official table with a model's own modes laid over it, key by key."""
+    """The official table with a model's own modes laid over it, key by key, and the official S and Q kept
+    under `OFFICIAL_ALIASES` (the model's mode with the official values over it, unless `own` names them)."""
     table = {name: dict(values) for name, values in OFFICIAL.items()}
     for name, values in own.items():
         table[name.upper()] = table.get(name.upper(), {}) | values
+    for alias, mode in OFFICIAL_ALIASES.items():
+        table.setdefault(alias, table[mode] | OFFICIAL[mode])
     return table
 
 

@@ -231,6 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--code-n", type=int, default=200, help="held-out functions of the code track")
     ap.add_argument("--code-root", action="append", default=None,
                     help="directory of .py files for the code track (repeatable; default: the installed Python)")
+    ap.add_argument("--code-gen-length", type=int, default=CODE_GEN_LENGTH, help="tokens per code completion")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--speedup", type=float, default=SPEEDUP, help="S's code TPF at least this times Q's")
     ap.add_argument("--cache-dir", default=str(DEFAULT_DIR), help="where finished cells are kept")
@@ -243,8 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.tau_mask, args.tau_edit = _floats(args.tau_mask, False), _floats(args.tau_edit, True)
     except ValueError as err:
         ap.error(f"--tau-mask / --tau-edit: {err}")
-    if args.code_n < 1:
-        ap.error("--code-n must be at least 1")
+    if args.code_n < 1 or args.code_gen_length < 1:
+        ap.error("--code-n and --code-gen-length must be at least 1")
     if args.speedup <= 0:
         ap.error("--speedup must be positive")
     return args
@@ -268,13 +269,13 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as err:
         sys.exit(f"error: {err}")
     items = held_out_items(args.code_n, args.seed, args.code_root)
-    code_key = {"n": len(items), "seed": args.seed, "gen_length": CODE_GEN_LENGTH, "roots": args.code_root}
-    cells = measure(pipe, spec, items, None if args.no_cache else args.cache_dir, CODE_GEN_LENGTH, code_key)
+    code_key = {"n": len(items), "seed": args.seed, "gen_length": args.code_gen_length, "roots": args.code_root}
+    cells = measure(pipe, spec, items, None if args.no_cache else args.cache_dir, args.code_gen_length, code_key)
     choice = choose(cells, args.speedup)
     report = {"command": "python -m llada.eval.calibrate " + " ".join(sys.argv[1:] if argv is None else argv),
               "machine": machine(), "load_average": {"start": load_before, "end": os.getloadavg()},
               "seconds": round(time.monotonic() - started, 1), "model": pipe.name, "tasks": list(TASKS),
-              "n": args.n, "code_n": len(items), "code_gen_length": CODE_GEN_LENGTH, "seed": args.seed,
+              "n": args.n, "code_n": len(items), "code_gen_length": args.code_gen_length, "seed": args.seed,
               "speedup": args.speedup, "official": OFFICIAL, "cells": [c.to_dict() for c in cells],
               "chosen": {"S": choice.s and choice.s.to_dict(), "Q": choice.q.to_dict(),
                          "S_noedit": choice.s_noedit and choice.s_noedit.to_dict(), "reason": choice.reason}}
