@@ -138,7 +138,8 @@ class CodeCache:
             return {}
 
     def save(self, points: dict[str, dict]) -> None:
-        _write_atomic(self.path, json.dumps(self.header | {"points": points}, indent=1))
+        """Add `points` to the file (cells another calibration of the same items saved meanwhile are kept)."""
+        _write_atomic(self.path, json.dumps(self.header | {"points": self.load() | points}, indent=1))
 
 
 def code_points(pipe, cells: list[Cell], items, cache: CodeCache | None, gen_length: int) -> dict[tuple, dict]:
