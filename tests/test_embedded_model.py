@@ -36,6 +36,19 @@ def test_presets_are_the_models_own(pipe):
     assert pipe.config("S").threshold < pipe.config("Q").threshold
 
 
+def test_s_drafts_at_least_one_and_a_half_times_as_fast_as_q_on_code(pipe):
+    """The shipped S and Q show the paper's trade-off (the card's "Calibrated presets"): on a few function
+    openings S writes at least 1.5x Q's tokens per forward (cache refreshes counted). A retrained model whose S
+    drafts no faster than its Q fails here: calibrate it (python -m llada.eval.calibrate --write)."""
+    from llada.eval.harness import CODE_PROMPTS
+
+    tpf = {}
+    for mode in ("S", "Q"):
+        runs = [pipe.generate(pipe.encode(p), pipe.config(mode, gen_length=128)) for p in CODE_PROMPTS]
+        tpf[mode] = sum(len(r.output_ids) for r in runs) / sum(r.forwards for r in runs)
+    assert tpf["S"] >= 1.5 * tpf["Q"], tpf
+
+
 def test_generates_code_and_stops(pipe):
     prompt = pipe.encode("def fibonacci(n):\n")
     result = pipe.generate(prompt, pipe.config("S", gen_length=64))

@@ -58,11 +58,20 @@ def test_a_broken_presets_json_is_a_checkpoint_error_of_that_model(tiny_model_di
         Pipeline.load(d)
 
 
-def test_training_writes_exactly_what_the_shipped_model_has():
+CALIBRATION = SHIPPED.parents[1] / "bench" / "results" / "presets-calibration-embedded.json"
+
+
+def test_the_shipped_presets_are_trainings_with_s_and_q_from_the_calibration():
+    """Training writes the official table; the shipped S and Q are the ones its calibration chose
+    (`python -m llada.eval.calibrate`, the report in bench/results), every other setting as training wrote it."""
     from llada.train.loop import PRESETS
 
     shipped = json.loads((SHIPPED / "presets.json").read_text())
-    assert shipped == json.loads(json.dumps(PRESETS))  # same modes, same keys, same values
+    chosen = json.loads(CALIBRATION.read_text(encoding="utf-8"))["chosen"]
+    calibrated = {mode: PRESETS[mode] | {"threshold": chosen[mode]["tau_mask"],
+                                         "editing_threshold": chosen[mode]["tau_edit"]} for mode in ("S", "Q")}
+    assert shipped == json.loads(json.dumps(PRESETS | calibrated))  # same modes, same keys, same values
+    assert shipped["S"] != PRESETS["S"]  # calibrated: the official S drafts no faster than Q on this model
     check_presets(shipped, "assets/model/presets.json")
 
 
