@@ -28,8 +28,11 @@ torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared c
 
 BROWSER = "test_browser"  # file names starting so drive Chromium
 SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on 2 shared cores, --durations)
-    "test_engine_select.py": "the fast engine's self-check and golden decode through the Triton interpreter",
-    "test_graphs.py::test_fast_engine_static_path_reproduces_the_golden_trace": "the same, on the static path",
+    "test_engine_self_check.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_engine_fallback.py": "the fast engine's self-check, faults planted, through the Triton interpreter",
+    "test_engine_select.py::test_cli_says_on_stderr_which_engine_runs": "the CLI in a fresh process",
+    "test_engine_select.py::test_cli_refuses_fast_without_cuda_in_one_error_line": "the CLI in a fresh process",
+    "test_graphs_fast.py": "the fast engine's golden decode through the Triton interpreter, on the static path",
     "test_kernels_aot.py": "every kernel compiled for three GPUs through ptxas",
     "test_kernels_census.py": "Triton kernels run by the CPU interpreter",
     "test_kernels_fused_ops.py": "Triton kernels run by the CPU interpreter",
@@ -39,8 +42,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_bench_kernels.py": "a benchmark's smoke run (interpreted kernels, tuning)",
     "test_bench_load.py": "a benchmark's smoke run: a replica written and loaded in a fresh process",
     "test_bench_stream.py": "a benchmark's smoke run on the embedded model",
-    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact": "every mode of the embedded model, in float64",
-    "test_batch.py::test_embedded_model_mixed_batch_is_bit_exact_on_two_threads": "the same, on two threads",
+    "test_batch_embedded.py": "every mode of the embedded model, in float64 and float32, on one and two threads",
     "test_batch_eval.py": "evaluations run batched and one by one",
     "test_fp8_checkpoint.py": "checkpoint conversions in fresh processes",
     "test_int8_checkpoint.py": "replicas written, converted and loaded, one load in a fresh process",
@@ -58,10 +60,22 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
 }
 GPU_REASON = "needs a CUDA GPU"
+# files started first, in this order (pytest.ini hands whole files to three workers, in collection order, with
+# `--no-loadscope-reorder`): the longest ones (minutes each on the loaded 2-core CI machine, --durations),
+# so that none of them starts last and keeps the run going alone. Each worker takes a second file while its first
+# has two tests or fewer left, so the first three are followed by the sixth, fifth and fourth (pairs of
+# near-equal sums); every other file follows in its collected order.
+FIRST = ("test_engine_self_check.py", "test_memory_soak.py", "test_graphs_fast.py",
+         "test_browser.py", "test_batch_embedded.py", "test_kernels_aot.py",
+         "test_docs_commands_training.py", "test_docs_commands.py", "test_docs_commands_playground.py",
+         "test_engine_fallback.py", "test_docs_commands_benchmarks.py", "test_batch_eval.py",
+         "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test by its file (browser, slow), and skip the `gpu` ones where torch sees no CUDA."""
+    """Mark each test by its file (browser, slow), skip the `gpu` ones where torch sees no CUDA, and put the
+    files of FIRST first (a stable sort: each file's tests keep their order)."""
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     for item in items:
         name = item.path.name
         if name.startswith(BROWSER):

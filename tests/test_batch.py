@@ -1,5 +1,6 @@
 """Batched decoding: every row's trace is bit for bit the one it gets alone (float64 and float32), on the
-reference fixture's golden cases and on the embedded model; continuous batching, the API and errors."""
+reference fixture's golden cases; continuous batching, the API and errors. The embedded model's mixed batches
+are in tests/test_batch_embedded.py (minutes: a file of its own for parallel workers)."""
 
 from pathlib import Path
 
@@ -55,55 +56,9 @@ def test_golden_cases_with_continuous_batching_in_float32(ref_model, golden):
                                golden["mask_id"], golden["eos_id"], max_batch=3)
 
 
-EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of different lengths and blocks
-    ("def fibonacci(n):", "S", {}),
-    ("def add(a, b):\n    return", "Q", {"block_length": 16}),
-    ("class Stack:\n    def __init__(self):", "M2T", {}),
-    ("def is_prime(n):", "S", {"mbe": True, "eos_early_stop": False}),
-    ("class Stack:\n    def __init__(self):", "S", {"mbe": True, "mbe_window": 2, "eos_early_stop": False}),
-    ("import os\n\ndef list_files(path):\n    \"\"\"Return the files under path.\"\"\"\n", "Q", {"gen_length": 40}),
-    ("def reverse(s):", "S", {"use_cache": False}),
-    ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
-    # an MBE edit repairs block 1 (Learn's lesson 4)
-    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),
-    ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
-    ("def double(x):", "S", {"temperature": 0.8, "top_k": 20, "seed": 3}),  # sampled beside greedy rows
-]
-
-
 @pytest.fixture(scope="module")
 def embedded():
     return Pipeline.load(EMBEDDED)
-
-
-@pytest.mark.parametrize("dtype, max_batch", [(torch.float64, None), (torch.float64, 3), (torch.float32, None)])
-def test_embedded_model_mixed_batch_is_bit_exact(embedded, dtype, max_batch):
-    model = embedded.model.to(dtype)
-    try:
-        prompts = [embedded.encode(text) for text, _, _ in EMBEDDED_ROWS]
-        cfgs = [embedded.config(mode, **({"gen_length": 64} | kw)) for _, mode, kw in EMBEDDED_ROWS]
-        alone = _assert_batch_equals_alone(model, prompts, cfgs, embedded.mask_id, embedded.eos_id, max_batch)
-    finally:
-        embedded.model.to(torch.float32)
-    assert len({len(p) for p in prompts}) >= 6 and sum(t.mbe_edits for t in alone) > 0
-    assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {8, 16, 32}
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_embedded_model_mixed_batch_is_bit_exact_on_two_threads(embedded, dtype):
-    """On two threads, as the app and `llada.bench batch` run, not on the one thread the other tests use: the
-    products and the attention then split their work between the threads (`llada.row_exact`)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    model = embedded.model.to(dtype)
-    try:
-        prompts = [embedded.encode(text) for text, _, _ in EMBEDDED_ROWS]
-        cfgs = [embedded.config(mode, **({"gen_length": 64} | kw)) for _, mode, kw in EMBEDDED_ROWS]
-        alone = _assert_batch_equals_alone(model, prompts, cfgs, embedded.mask_id, embedded.eos_id, 3)
-    finally:
-        torch.set_num_threads(threads)
-        embedded.model.to(torch.float32)
-    assert sum(t.mbe_edits for t in alone) > 0 and sum(t.edits for t in alone) > 0
 
 
 def test_forward_rows_gives_each_row_its_lone_logits_and_cache(ref_model):

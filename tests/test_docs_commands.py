@@ -1,145 +1,30 @@
-"""Every command in README.md and docs/*.md works as written.
+"""Every command in README.md and docs/*.md works as written (see tests/docs_commands.py for how they are read).
 
-Each fenced ```bash, ```sh or ```console block is read line by line: a line ending in a backslash goes
-on with the next, a line that starts with `#` is a comment, a console block's `$ ` prompt is dropped.
-A command that needs what a test run cannot give says so, either in its trailing comment
-(`... # needs: gpu`) or for a whole block on the line just above it (`<!-- needs: network, server -->`):
-
-    gpu       a CUDA GPU            network   the internet (pip, the hub)
-    file      a file the user makes first (DIR, samples.jsonl)
-    server    it serves until stopped             browser   Chromium
-    time      minutes or more (training, HumanEval, full benchmarks)
-
-Such a command is checked, not run: `python -m MODULE [SUBCOMMAND]` must answer `--help` with a usage
-line, anything else must parse (`bash -n`). Every other command runs as written from the repository
-root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests and `/tmp/` a fresh
-directory per file; one file's commands run in their order, so a command may read what an earlier one of
-its file wrote. The
-```python snippets run too, and every relative link and every repository path named in backticks must
-exist, so the documents follow the code when files move.
+This file runs the documents in no part of `PARTS` and the checks of the reading itself; the slow parts have
+their own files (tests/test_docs_commands_*.py) so that parallel workers run them side by side.
 """
 
-from __future__ import annotations
-
 import re
-import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # about 40 processes, most of them importing torch: minutes on 2 cores
+from docs_commands import (DOCS, PARTS, README_MAX_LINES, ROOT, TIMEOUT_S, Command, _help_of, _shell, check,
+                           commands, docs_of, problems_of)
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-NEEDS = {"gpu", "network", "file", "server", "browser", "time"}
-SHELL_FENCES = {"bash", "sh", "console"}
-README_MAX_LINES = 250  # the README reads in five minutes; everything else lives in docs/
-TIMEOUT_S = 600
+pytestmark = pytest.mark.slow  # about 15 processes, most of them importing torch: minutes on 2 cores
 
 
-@dataclass(frozen=True)
-class Command:
-    text: str  # the command as a shell reads it, continuations joined
-    line: int  # where it starts in its file (1-based)
-    needs: frozenset[str]  # empty: run it as written
-
-
-def _needs(comment: str) -> set[str]:
-    m = re.search(r"needs:\s*([\w ,]+)", comment)
-    return {w for w in re.split(r"[ ,]+", m[1].strip()) if w} if m else set()
-
-
-def _trailing_comment(command: str) -> str:
-    """The comment at the end of a command line ('' when there is none), quotes respected."""
-    quote = None
-    for i, ch in enumerate(command):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (i == 0 or command[i - 1].isspace()):
-            return command[i:]
-    return ""
-
-
-def commands(markdown: str) -> list[Command]:
-    """The shell commands of a markdown text, in order."""
-    found, lines = [], markdown.splitlines()
-    i = 0
-    while i < len(lines):
-        fence = re.match(r"^```(\w+)\s*$", lines[i])
-        if not fence or fence[1] not in SHELL_FENCES:
-            i += 1 + (bool(fence) and _skip_block(lines, i))
-            continue
-        block_needs = _needs(lines[i - 1]) if i and lines[i - 1].lstrip().startswith("<!--") else set()
-        i += 1
-        while i < len(lines) and not lines[i].startswith("```"):
-            start, text = i, lines[i]
-            while text.endswith("\\") and i + 1 < len(lines):
-                i += 1
-                text = text[:-1].rstrip() + " " + lines[i].strip()
-            i += 1
-            text = text.strip().removeprefix("$ ")
-            if text and not text.startswith("#"):
-                needs = block_needs | _needs(_trailing_comment(text))
-                found.append(Command(text, start + 1, frozenset(needs)))
-        i += 1
-    return found
-
-
-def _skip_block(lines: list[str], i: int) -> int:
-    """Lines from a non-shell fence at i to its closing fence (so its text is never read as commands)."""
-    j = i + 1
-    while j < len(lines) and not lines[j].startswith("```"):
-        j += 1
-    return j - i
-
-
-def _shell(command: str, tmp: Path | None = None) -> str:
-    """The command for bash: this interpreter for the venv's, and `tmp` for /tmp/ (a run leaves no trace)."""
-    command = command.replace("/tmp/", f"{tmp}/") if tmp else command  # first: the interpreter may live in /tmp
-    return command.replace(".venv/bin/python", shlex.quote(sys.executable))
-
-
-def _help_of(command: str) -> list[str] | None:
-    """`python -m MODULE [SUBCOMMAND] --help` for a python -m command; None for anything else."""
-    words = shlex.split(command, comments=True)
-    if "-m" not in words or not any(w.endswith(("python", "python3")) for w in words):
-        return None
-    at = words.index("-m")
-    subcommands = []
-    for w in words[at + 2:]:
-        if not re.fullmatch(r"[a-z][a-z0-9-]*", w):
-            break
-        subcommands.append(w)
-    return [sys.executable, "-m", words[at + 1], *subcommands, "--help"]
-
-
-def check(cmd: Command, tmp: Path | None = None) -> str | None:
-    """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more."""
-    if unknown := cmd.needs - NEEDS:
-        return f"unknown needs {sorted(unknown)} (known: {sorted(NEEDS)})"
-    if cmd.needs:
-        help_cmd = _help_of(cmd.text)
-        argv = help_cmd or ["bash", "-n", "-c", _shell(cmd.text)]
-        done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
-        if done.returncode or (help_cmd and "usage" not in (done.stdout + done.stderr).lower()):
-            return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}"
-        return None
-    done = subprocess.run(["bash", "-c", _shell(cmd.text, tmp)], cwd=ROOT, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    return f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
-
-
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("doc", docs_of(None), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_command_works_as_written(doc, tmp_path):
-    found = commands(doc.read_text(encoding="utf-8"))
-    problems = [f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found if (why := check(c, tmp_path))]
-    assert not problems, "\n".join(problems)
+    assert not (problems := problems_of(doc, tmp_path)), problems
+
+
+def test_every_document_is_in_one_part():
+    parts = [docs_of(None), *(docs_of(part) for part in PARTS)]
+    assert sorted(d for docs in parts for d in docs) == sorted(DOCS)
+    assert all(docs for docs in parts[1:]), "a part names no document: " + str(PARTS)
 
 
 def test_the_python_snippets_run():

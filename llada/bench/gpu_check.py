@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/test_kernels_routing.py",
          "tests/test_kernels_launches.py", "tests/test_kernels_poison.py", "tests/test_kernels_configs.py",
          "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_kernels_census.py",
-         "tests/test_graphs.py", "tests/test_quantize.py", "tests/test_engine_select.py"]
+         "tests/test_graphs.py", "tests/test_graphs_fast.py", "tests/test_quantize.py", "tests/test_engine_select.py",
+         "tests/test_engine_self_check.py", "tests/test_engine_fallback.py"]
 STEPS = ("self-check", "tests", "tune", "kernels", "forward", "decode")
 H200_FORWARD_MS = 3.9  # the forward target on an H200 (docs/gpu.md, "Targets"); scaled by copy bandwidth elsewhere
 H200_COPY_GB_S = 4000.0  # ~83% of the H200's 4.8 TB/s peak: what a device copy reaches (estimate)

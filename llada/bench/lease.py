@@ -46,7 +46,9 @@ SUMMARY, LOG, TAR = "lease-summary.json", "lease.log", "lease-parts.tar.gz"
 GPU_TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/test_kernels_routing.py",
              "tests/test_kernels_launches.py", "tests/test_kernels_poison.py", "tests/test_kernels_configs.py",
              "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_graphs.py",
-             "tests/test_graph_pool.py", "tests/test_quantize.py", "tests/test_engine_select.py",
+             "tests/test_graphs_fast.py", "tests/test_graph_pool.py", "tests/test_quantize.py",
+             "tests/test_engine_select.py",
+             "tests/test_engine_self_check.py", "tests/test_engine_fallback.py",
              "tests/test_lease_faults.py"]  # the ones whose kernels, graphs and pools only a GPU really runs
 DRY_TESTS = ["tests/test_lease_faults.py", "tests/test_kernels_configs.py"]
 TEST_GROUPS = 4  # parallel pytest processes where pytest-xdist is missing (16 cores; compiles are single-threaded)

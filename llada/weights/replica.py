@@ -1,8 +1,9 @@
-"""A LLaDA2.1-mini replica in the real Hugging Face format, random weights, any size.
+"""A LLaDA2.1-mini or LLaDA2.2-mini replica in the real Hugging Face format, random weights, any size.
 
-    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--shard-mb N] [--seed S]
+    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--version 2.1|2.2] [--shard-mb N] [--seed S]
 
-writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is full size, ~32 GB):
+writes what `inclusionAI/LLaDA2.1-mini` ships (or, with `--version 2.2`, `inclusionAI/LLaDA2.2-mini`),
+scaled by `--shape` (`mini` is full size, ~32 GB):
 
 * config.json — the published keys (model_type llada2_moe, the `auto_map` to remote code, use_bias
   false, norm_head false, norm_topk_prob true, score_function sigmoid, router_dtype fp32, rope_theta
@@ -16,6 +17,13 @@ writes what `inclusionAI/LLaDA2.1-mini` ships, scaled by `--shape` (`mini` is fu
   model card documents; `<|startoftext|>`, `[CLS]`, `[gMASK]`, `<role>`, `</role>`, `<|role_end|>`
   beside them) and a chat template in the Ling format
   (`<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>...<|role_end|><role>ASSISTANT</role>`).
+
+LLaDA2.2 (`--version 2.2`) is the same tensors under the same names; its config.json adds block routing
+(`expert_capacity`: 48 of 256 experts at full size, the same share of the shape's experts, at least
+1.5 x top-k; `block_size` 32), the edit tokens (`delete_token_id` 156930, `split_token_id` 156931) and the
+stop ids (`eos_token_id` [156892, 156900]); its tokenizer holds `<|role_end|>` at 156900 and the edit
+tokens `<|delete|>`, `<|split|>` at 156930 / 156931 (reserved fillers between; the real tokenizer's
+names for the edit tokens are not public here), generation_config.json both stop ids.
 
 Weights: N(0, 0.02), output projections N(0, 0.02 / sqrt(2 * layers)), norms 1, expert bias N(0, 1e-3):
 a random model whose logits are finite in bf16, for tests and benchmarks, never for text.
@@ -40,6 +48,9 @@ SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mas
                   "<|role_end|>")
 FIRST_SPECIAL = 156891  # so that <|endoftext|> = 156892 and <|mask|> = 156895
 EOS_ID, MASK_ID = 156892, 156895
+VERSIONS = ("2.1", "2.2")
+ROLE_END_22, DELETE_ID, SPLIT_ID = 156900, 156930, 156931  # LLaDA2.2's ids (FluxServe's guide, the report)
+EDIT_TOKENS = ("<|delete|>", "<|split|>")
 CHAT_TEMPLATE = (
     "<role>SYSTEM</role>{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n{% endif %}"
     "detailed thinking off<|role_end|>"
@@ -71,15 +82,45 @@ PUBLISHED = {
     "tie_word_embeddings": False, "embedding_dropout": 0.0, "attention_dropout": 0.0, "output_dropout": 0.0,
     "initializer_range": 0.02, "output_router_logits": False, "use_cache": True, "pad_token_id": EOS_ID,
 }
+FLASH = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+             intermediate_size=9216, moe_intermediate_size=1024, num_experts=256, num_experts_per_tok=8,
+             n_group=8, topk_group=4)  # LLaDA2.1-flash's sizes (102.9 B); 2.2-flash is taken to share them
+CONFIG_ONLY = {"flash": FLASH}  # sizes for `replica_config` (memory sizing), never written as weights
+CAPACITY_SHARE = 48 / 256  # LLaDA2.2: the share of the experts a routing block may use
+
+
+def version_keys(sizes: dict, version: str) -> dict:
+    """The config keys a version adds to the published 2.1 config (none for 2.1)."""
+    if version not in VERSIONS:
+        raise ValueError(f"version must be one of {', '.join(VERSIONS)}, got {version!r}")
+    if version == "2.1":
+        return {}
+    K = sizes["num_experts_per_tok"]  # at least 1.5 x top-k: a token still chooses in a small shape
+    capacity = min(max(round(sizes["num_experts"] * CAPACITY_SHARE), K + K // 2), sizes["num_experts"])
+    return {"expert_capacity": capacity, "block_size": 32, "delete_token_id": DELETE_ID, "split_token_id": SPLIT_ID,
+            "eos_token_id": [EOS_ID, ROLE_END_22]}
+
+
 TOKENIZER_TEXT = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
     "The quick brown fox jumps over the lazy dog. Write a function that adds two numbers.\n"
     "for i in range(10):\n    print(i * i)\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n")
 
 
-def replica_config(shape: str = "tiny", **overrides) -> dict:
-    """The config.json of a replica: the published keys with the sizes of `shape` (and any overrides)."""
-    return PUBLISHED | SHAPES[shape] | overrides
+def replica_config(shape: str = "tiny", version: str = "2.1", **overrides) -> dict:
+    """The config.json of a replica: the published keys of `version` with the sizes of `shape` (a shape of
+    SHAPES or CONFIG_ONLY) and any overrides."""
+    raw = PUBLISHED | (SHAPES | CONFIG_ONLY)[shape] | overrides
+    return raw | version_keys(raw, version) | overrides  # the capacity follows the experts overridden
+
+
+def special_tokens(version: str = "2.1") -> list[str]:
+    """The special tokens from FIRST_SPECIAL on, in id order (2.2: reserved fillers up to its fixed ids)."""
+    if version == "2.1":
+        return list(SPECIAL_TOKENS)
+    named = dict(enumerate(SPECIAL_TOKENS[:-1], FIRST_SPECIAL))  # <|role_end|> moves from 156898 to 156900
+    named |= {ROLE_END_22: "<|role_end|>", DELETE_ID: EDIT_TOKENS[0], SPLIT_ID: EDIT_TOKENS[1]}
+    return [named.get(i, f"<|reserved_special_{i}|>") for i in range(FIRST_SPECIAL, SPLIT_ID + 1)]
 
 
 def tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
@@ -145,7 +186,7 @@ def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int =
     return files
 
 
-def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
+def write_tokenizer(out: Path, vocab_size: int = VOCAB, version: str = "2.1") -> None:
     """A byte-level BPE whose ids run up to FIRST_SPECIAL, the special tokens after it, the chat template."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -160,8 +201,10 @@ def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
     vocab |= {f"<|reserved_{i}|>": i for i in range(len(vocab), FIRST_SPECIAL)}  # unreachable fillers
     tok = Tokenizer.from_str(json.dumps(spec))
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens(version)])
     assert tok.token_to_id("<|endoftext|>") == EOS_ID and tok.token_to_id("<|mask|>") == MASK_ID
+    assert version == "2.1" or [tok.token_to_id(t) for t in ("<|role_end|>", *EDIT_TOKENS)] == [
+        ROLE_END_22, DELETE_ID, SPLIT_ID]
     assert tok.get_vocab_size() <= vocab_size
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
                                    pad_token="<|endoftext|>")
@@ -173,18 +216,21 @@ def write_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
 
 
 def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_bytes: int | None = None,
-                  device: str = "cpu", progress: bool = False, **overrides) -> Path:
+                  device: str = "cpu", progress: bool = False, version: str = "2.1", **overrides) -> Path:
     """Write a whole replica directory (config, generation config, shards + index, tokenizer)."""
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)} (flash is sized, never written), got {shape!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    raw = replica_config(shape, **overrides)
+    raw = replica_config(shape, version, **overrides)
     cfg = ModelConfig.from_dict(raw)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-    generation = {"bos_token_id": FIRST_SPECIAL, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID}
+    stops = list(cfg.stop_token_ids) if cfg.block_routing else EOS_ID
+    generation = {"bos_token_id": FIRST_SPECIAL, "eos_token_id": stops, "pad_token_id": EOS_ID}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     total = sum(cfg.parameter_counts().values()) * 2
     write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
-    write_tokenizer(out, cfg.vocab_size)
+    write_tokenizer(out, cfg.vocab_size, cfg.version)
     return out
 
 
@@ -200,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llada.weights.replica", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="directory to write (created)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
+    parser.add_argument("--version", choices=VERSIONS, default="2.1", help="2.2: block routing and the edit tokens")
     parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda is faster)")
     args = parser.parse_args(argv)
     shard = args.shard_mb << 20 if args.shard_mb else None
-    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True)
+    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, version=args.version)
     size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 2**30:.2f} GiB of weights)", file=sys.stderr)
     return 0

@@ -17,6 +17,13 @@ Drafts and edits come from the same forward and are applied together.
 
 The rule also decides R windows of one length W at once: tensors (R, W), and each setting either one
 value for every row or a sequence of R (one per row). Every row gets what it gets alone.
+
+LLaDA2.2's Levenshtein rule (`llada.rule.levenshtein`, re-exported here) works on the active block alone
+and also deletes and inserts (docs/llada22.md): once per forward, from the block's logits (W, V),
+
+    cand = levenshtein_candidates(logits, lev)         # the mask logit suppressed
+    s = levenshtein_step(block, cand, frozen, book, lev)  # book: start_block(...) at the block's entry
+    block, book = s.tokens, s.book                     # s.done: the block is finished
 """
 
 from __future__ import annotations
@@ -25,6 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from .levenshtein import (BlockBook, BlockBooks, Candidates, Delete, Escape, Insert, Levenshtein, LevenshteinRows,
+                          LevenshteinStep, PostCount, levenshtein_candidates, levenshtein_rows, levenshtein_step,
+                          start_block)
+
+__all__ = ["StepDecision", "step", "draft", "edit", "BlockBook", "BlockBooks", "Candidates", "Delete", "Escape",
+           "Insert", "Levenshtein", "LevenshteinRows", "LevenshteinStep", "PostCount", "levenshtein_candidates",
+           "levenshtein_rows", "levenshtein_step", "start_block"]
 
 
 @dataclass(frozen=True)
