@@ -264,8 +264,8 @@ class Experts(nn.Module):
         source = x.new_zeros(starts[-1], dtype=torch.long)  # padding rows read row 0 (no row depends on another:
         source[slot] = order.div(K, rounding_mode="floor")  # their results are never read)
         xp = x.index_select(0, source)  # (P, H)
-        gate, up = expert_products(xp, self.w13, sizes, used).chunk(2, dim=-1)  # (P, I) each
-        y = expert_products(F.silu(gate) * up, self.w2, sizes, used)  # (P, H)
+        gate, up = expert_products(xp, self.w13, starts, used).chunk(2, dim=-1)  # (P, I) each
+        y = expert_products(F.silu(gate) * up, self.w2, starts, used)  # (P, H)
         back = torch.empty_like(slot)
         back[order] = slot  # (T*K,): buffer row of each pair in (token, k) order
         return y.index_select(0, back)

@@ -89,15 +89,16 @@ def tile_product(x: torch.Tensor, w_t: torch.Tensor, out: torch.Tensor | None = 
     return torch.bmm(x.view(tiles, TILE, -1), w_t.expand(tiles, *w_t.shape), out=tiled).view(tiles * TILE, -1)
 
 
-def expert_products(x: torch.Tensor, w: torch.Tensor, sizes: list[int], used: list[int]) -> torch.Tensor:
-    """x (P, in) -> (P, out): for each used expert e, its `sizes[e]` rows (padded, one after another) times
-    w[e]^T (w (E, out, in)), each one `tile_product` written in place."""
-    w_t = transposed(w).unbind(0)  # E x (in, out)
+def expert_products(x: torch.Tensor, w: torch.Tensor, starts: list[int], used: list[int]) -> torch.Tensor:
+    """x (P, in) -> (P, out): for each used expert e, its rows starts[e]:starts[e+1] (padded, one expert after
+    another) times w[e]^T (w (E, out, in)), each one `tile_product` written in place; slices, not a split
+    into every expert's views (most experts of a small forward have no rows)."""
+    w_t = transposed(w)  # (E, in, out)
     out = x.new_empty(x.shape[0], w.shape[1])
-    xs, outs = x.split_with_sizes(sizes), out.split_with_sizes(sizes)  # each expert's rows, views
     product = cpu_product if x.is_cpu else tile_product
     for e in used:
-        product(xs[e], w_t[e], out=outs[e])
+        a, b = starts[e], starts[e + 1]
+        product(x[a:b], w_t[e], out=out[a:b])
     return out
 
 
