@@ -16,9 +16,10 @@ drafts that are wrong by whole tokens, labelled from their alignment to the targ
 token (label: itself, or SPLIT when the target token just before it is missing), an extra token
 (label: DELETE) or a pad mask at the end (label: the target token it stands for, counted from the
 last kept token; MASK, outside the loss, when it stands for nothing). Deleted tokens are never
-adjacent, so each gap between kept tokens misses at most one token and one SPLIT restores it (the rule inserts one mask per SPLIT). Extras are drawn from the block's own
-tokens (a repeated digit, a duplicated word: what a parallel draft gets wrong) or, with probability
-`uniform_extra`, from the whole vocabulary. On top, kept tokens that are not SPLIT-labelled are masked
+adjacent, so each gap between kept tokens misses at most one token and one SPLIT restores it (the rule
+inserts one mask per SPLIT). Extras are drawn from the block's own tokens (a repeated digit, a
+duplicated word: what a parallel draft gets wrong) or, with probability `uniform_extra`, from the
+whole vocabulary. On top, kept tokens that are not SPLIT-labelled are masked
 with the block's M2T noise level, as in the 2.1 objective.
 
 `tests/test_train_indel.py` checks the labels against the rule: a labelled block, passed through the
