@@ -5,7 +5,8 @@ LLaDA2.2-format model beside it, whose decoding deletes and inserts), every `--m
 directories of `LLADA_MODELS` (os.pathsep-separated), then the Hugging Face checkpoints of
 spaces.yaml's `preload_from_hub` that are in the local hub cache (a Space downloads them when it is
 built; nothing is downloaded here), named by their repo id (`inclusionAI/LLaDA2.1-mini`). Every
-candidate is checked before anything is loaded — config.json, presets.json, and whether its weights fit where they would live (estimated from
+candidate is checked before anything is loaded — config.json, presets.json, and whether its weights fit where
+they would live (estimated from
 config.json by `llada.weights.memory`) — and is either offered or withheld with the reason, shown under the
 model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
 8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
