@@ -86,3 +86,27 @@ def test_corrupt22_keeps_the_prompt_and_weights():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="indel share"):
         IndelConfig(share=1.5)
+
+
+def test_upgrade_makes_a_2_2_model_with_two_more_rows():
+    """--expert-capacity: the embedded 2.1 model becomes 2.2; its old rows and other weights are kept."""
+    from llada.train.bpe import load_fast
+    from llada.train.upgrade22 import EDIT_TOKENS, upgrade_model, upgrade_tokenizer
+    from llada.weights.checkpoint import load_model
+
+    old = load_model("assets/model")
+    hf = load_fast("assets/model")
+    delete_id, split_id = upgrade_tokenizer(hf)
+    assert (delete_id, split_id) == (old.config.vocab_size, old.config.vocab_size + 1)
+    assert hf.convert_tokens_to_ids(list(EDIT_TOKENS)) == [delete_id, split_id]
+    new = upgrade_model(old, delete_id, split_id, capacity=8, routing_block=16)
+    cfg = new.config
+    assert (cfg.version, cfg.vocab_size, cfg.delete_token_id, cfg.split_token_id) == ("2.2", 1026, 1024, 1025)
+    assert (cfg.expert_capacity, cfg.routing_block) == (8, 16)
+    old_state, new_state = old.state_dict(), new.state_dict()
+    assert torch.equal(new_state["word_embeddings.weight"][:1024], old_state["word_embeddings.weight"])
+    assert not new_state["lm_head.weight"][1024:].any()
+    assert all(torch.equal(v, new_state[k]) for k, v in old_state.items() if k not in
+               ("word_embeddings.weight", "lm_head.weight"))
+    with pytest.raises(ValueError, match="already 2.2"):
+        upgrade_model(new, delete_id, split_id, capacity=8, routing_block=16)
