@@ -11,8 +11,7 @@ import pytest
 
 from llada.pipeline import Pipeline
 from ui.learn.record import RunSpec, run_trace
-from ui.models import DEFAULT_MODEL
-from ui.playground.controls import examples
+from ui.playground.controls import example_model, examples
 
 
 def _decodes(trace):
@@ -49,8 +48,21 @@ CLAIMS = {  # label prefix -> (the check of what the label says, the answer the 
 
 
 @pytest.fixture(scope="module")
-def pipe():
-    return Pipeline.load(DEFAULT_MODEL)
+def pipes():
+    """The Pipeline of each model the examples name, loaded once (the embedded model for the others)."""
+    loaded = {}
+
+    def get(example: dict):
+        path = example_model(example)
+        if path not in loaded:
+            loaded[path] = Pipeline.load(path)
+        return loaded[path]
+    return get
+
+
+@pytest.fixture(scope="module")
+def pipe(pipes):
+    return pipes({})
 
 
 def _claim(label: str):
@@ -60,7 +72,8 @@ def _claim(label: str):
 
 
 @pytest.mark.parametrize("example", examples(), ids=lambda e: e["label"].split(":")[0])
-def test_the_example_shows_what_its_label_says(pipe, example):
+def test_the_example_shows_what_its_label_says(pipes, example):
+    pipe = pipes(example)
     check, answer = _claim(example["label"])
     spec = RunSpec(example["mode"], mbe=example["mbe"], block_length=example["block_length"])
     trace = run_trace(pipe, example["prompt"], spec, example["gen_length"])
