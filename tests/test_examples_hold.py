@@ -36,6 +36,23 @@ def _one_position_edited_twice(trace) -> bool:
     return any(positions.count(p) == 2 for p in positions)
 
 
+def _steps_with(trace, kind: str) -> list[int]:
+    """Indices of the decode steps that made at least one move of `kind` ("inserts" or "deletes")."""
+    return [i for i, r in enumerate(_decodes(trace)) if getattr(r, kind)]
+
+
+def _delete_then_insert(trace) -> bool:
+    deletes, inserts = _steps_with(trace, "deletes"), _steps_with(trace, "inserts")
+    return bool(deletes) and bool(inserts) and deletes[0] < inserts[0]
+
+
+def _insert_filled_next(trace) -> bool:
+    """A step inserts a mask, and the next step drafts at the position the mask landed on."""
+    steps = _decodes(trace)
+    return any(any(c.pos == m.mask for c in steps[i + 1].drafts)
+               for i in _steps_with(trace, "inserts") if i + 1 < len(steps) for m in steps[i].inserts)
+
+
 CLAIMS = {  # label prefix -> (the check of what the label says, the answer the run writes)
     "Code (S)": (_one_forward_drafts_all, "    return zelmivo * zelmivo * zelmivo\n"),
     "Edit (S)": (_edited_in_second, "    return jozelnim * jozelnim * jozelnim\n"),
@@ -44,6 +61,9 @@ CLAIMS = {  # label prefix -> (the check of what the label says, the answer the 
     "MBE (S, blocks of 16)": (lambda t: t.mbe_edits >= 1, "    return pabatvo == 0\n"),
     "Sorting digits (S)": (lambda t: t.num_decode_forwards == 2, "13479"),
     "Reversing words (S)": (lambda t: t.num_decode_forwards == 2, " door snow tree sun"),
+    "Delete, then insert (LLaDA2.2 model, S)": (_delete_then_insert, "    return febatbat * febatbat\n"),
+    "Insert (LLaDA2.2 model, S)": (_insert_filled_next, "    ixturen = ixturen + 1\n    return ixturen\n"),
+    "Deletes (LLaDA2.2 model, S)": (lambda t: t.deletes >= 2, "    pagri = pagri - 1\n    return pagri\n"),
 }
 
 
