@@ -40,3 +40,19 @@ def test_its_examples_name_it_and_one_moves_tokens(pipe):
     trace = run_trace(pipe, e["prompt"], RunSpec(e["mode"], mbe=e["mbe"], block_length=e["block_length"]),
                       e["gen_length"])
     assert trace.inserts + trace.deletes >= 1, [r.to_dict() for r in trace.records]
+
+
+def test_the_app_offers_it_and_its_examples_pick_it():
+    """The playground's candidates hold it right after the embedded model; a click on one of its examples
+    sets the model selector to it (and an example naming no model, to the embedded one)."""
+    from ui.models import DEFAULT_MODEL, model_dirs
+    from ui.playground.controls import example_values
+
+    dirs = model_dirs([], env="")
+    assert dirs[:2] == [str(DEFAULT_MODEL.resolve()), str(MODEL22.resolve())]
+    assert model_dirs([], env="", default=None) == [d for d in dirs[2:]]
+    items = examples()
+    picked = {example_values(i)[-1] for i, e in enumerate(items) if "model" in e}
+    assert picked == {str(MODEL22.resolve())}
+    first_plain = next(i for i, e in enumerate(items) if "model" not in e)
+    assert example_values(first_plain)[-1] == str(DEFAULT_MODEL.resolve())
