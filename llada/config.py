@@ -21,7 +21,8 @@ ignores them too, so they are accepted rather than refused (they ship in the rea
 in a config without `expert_capacity` are refused: a half-2.2 config says something this engine would
 silently not do.
 
-`DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling) and raises
+`DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling, the step rule and
+the Levenshtein rule's schedule, post-step count and escape) and raises
 `ValueError` naming the setting and its allowed range; named presets live in `llada.presets`.
 """
 
@@ -35,6 +36,9 @@ from pathlib import Path
 MODEL_TYPE = "llada2_moe"
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise for any model
 DTYPES = ("float32", "bfloat16", "float16")
+RULES = ("joint", "levenshtein")  # the step rules: LLaDA2.1's draft-and-edit, LLaDA2.2's with deletes and inserts
+POST_COUNTS = ("reset", "cumulative")  # `llada.rule.PostCount` values (docs/llada22.md)
+ESCAPES = ("least_confident", "random")  # `llada.rule.Escape` values
 
 # what the public reference (configuration_llada2_moe.py) assumes for a key that config.json leaves out
 REFERENCE_DEFAULTS = {"use_bias": True, "use_qkv_bias": False, "use_qk_norm": True, "rms_norm_eps": 1e-5,
@@ -325,6 +329,10 @@ class DecodeConfig:
     use_cache: bool = True
     mbe: bool = False
     mbe_window: int = 1
+    rule: str | None = None  # "joint" (2.1) or "levenshtein" (2.2); None: the checkpoint's own (`llada.decide`)
+    steps: int = 32  # Levenshtein: the schedule spreads a block's entry masks over this many steps
+    post_count: str = "reset"  # Levenshtein: post-steps while an original mask is back: "reset" or "cumulative"
+    escape: str = "least_confident"  # Levenshtein anti-loop escape: "least_confident" or "random" (seeded)
 
     def __post_init__(self) -> None:
         _check_range("threshold", self.threshold, 0.0, 1.0)
@@ -343,6 +351,10 @@ class DecodeConfig:
             _check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
+        _check_int("steps", self.steps, 1)
+        for name, allowed in (("rule", RULES + (None,)), ("post_count", POST_COUNTS), ("escape", ESCAPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
 
     def with_(self, **changes) -> "DecodeConfig":
         return replace(self, **changes)
