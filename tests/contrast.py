@@ -208,8 +208,8 @@ TEXT_CONTRAST_JS = """
 }
 """
 
-# (canvas) => {"<state> <text>": ratio} for every visible text of the canvas's tokens (a deleted one too) and legend keys, the
-# lowest per name: a token's text, an edit's replaced text, a ghost, an EOS run's ×N, a legend key; a
+# (canvas) => {"<state> <text>": ratio} for every visible text of the canvas's tokens (a deleted one too) and
+# legend keys, the lowest per name: a token's text, an edit's replaced text, a ghost, an EOS run's ×N, a legend key; a
 # text made only of whitespace glyphs (decoration, drawn faint on purpose) is left out
 CANVAS_CONTRAST_JS = """
 (canvas) => {

@@ -108,7 +108,8 @@ def test_a_22_run_draws_its_deletes_and_inserts(browser, app_url, viewport, them
     by_server = page.evaluate(DRAWN_JS)  # the finished run's last frame, drawn by the server
     stats = page.inner_text("#stats")
     assert "inserts" in stats and "deletes" in stats, stats
-    deleting, inserting = page.evaluate(STEPS_WITH_JS, 'class="gone"'), page.evaluate(STEPS_WITH_JS, 'data-state="insert"')
+    deleting = page.evaluate(STEPS_WITH_JS, 'class="gone"')
+    inserting = page.evaluate(STEPS_WITH_JS, 'data-state="insert"')
     assert deleting and inserting, (steps, deleting, inserting)
 
     assert page.evaluate(SCRUB_JS, deleting[0]) == deleting[0]

@@ -136,8 +136,9 @@ def edit_log(trace: Trace | None) -> pd.DataFrame:
         rows += [[k, kind, round(c.p, 3), visible(text(trace, c.old)), visible(text(trace, c.token)), c.pos, c.pos // B]
                  for kind, changes in (("T2T", r.edits), ("MBE", r.mbe_edits)) for c in changes]
         rows += [[k, "delete", _p(r, d.pos), visible(text(trace, d.token)), "", d.pos, d.pos // B] for d in r.deletes]
-        rows += [[k, "insert", _p(r, i.pos), visible(text(trace, i.token)),
-                  f"{text(trace, trace.mask_id)} {visible(text(trace, i.token))}", i.pos, i.pos // B] for i in r.inserts]
+        mask = text(trace, trace.mask_id)
+        rows += [[k, "insert", _p(r, i.pos), visible(text(trace, i.token)), f"{mask} {visible(text(trace, i.token))}",
+                  i.pos, i.pos // B] for i in r.inserts]
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)  # spaces and breaks shown
 
 
