@@ -81,6 +81,8 @@ def test_a_deleted_token_is_struck_out_where_it_stood_and_the_text_after_it_move
     if moves.landed[DEL_AT + 1] >= 0:  # the token on its right closed the gap: one place to the left
         written = next((c.token for c in record.changes if c.pos == DEL_AT + 1), before[DEL_AT + 1])
         assert moves.landed[DEL_AT + 1] == left + 1 and after[left + 1] == written
+    host_tip = re.search(rf'data-pos="{host}"[^>]*title="([^"]*)"', html)[1]
+    assert "deleted just before it at this step" in host_tip and TEXTS[d.token] in host_tip  # a tap on a phone
     assert "deleted (DELETE)" in canvas.step_label(canvas.view(trace, k))
     assert "gone" not in canvas.render(trace, k - 1) and "data-was" not in canvas.render(trace, k + 1)
 

@@ -199,7 +199,7 @@ def cell_html(v: View, pos: int) -> str:
     hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
     classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
     attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
-             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p))}"']
+             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p) + _gone_note(v, pos))}"']
     if p is not None:
         attrs.append(f'style="--p:{p:.3f}"')
         if state in ("draft", "edit", "mbe"):
@@ -226,6 +226,12 @@ def _guess(v: View, pos: int) -> int | None:
         return None
     seen = v.moves.source_of(pos)
     return None if seen is None else v.record.guesses[seen - v.record.window[0]]
+
+
+def _gone_note(v: View, pos: int) -> str:
+    """A cell's word on the tokens deleted just before it (a phone taps the cell: the struck-out sliver is thin)."""
+    gone = [repr(text(v.trace, d.token)) for d in v.moves.gone.get(pos, ())]
+    return f" · deleted just before it at this step: {', '.join(gone)}" if gone else ""
 
 
 def gone_html(v: View, d: Delete) -> str:
