@@ -1,14 +1,14 @@
-"""Batched decoding: rows of different windows and caches in one forward, row-exact products, rows joining and
-leaving, the API and errors. The golden cases batched (bit for bit their lone traces, float64 and float32) are
-in tests/test_batch_golden.py, the embedded model's mixed batches in tests/test_batch_embedded.py (minutes
-each: files of their own for parallel workers)."""
+"""Batched decoding: every row's trace is bit for bit the one it gets alone (float64 and float32), on the
+reference fixture's golden cases; continuous batching, the API and errors. The embedded model's mixed batches
+are in tests/test_batch_embedded.py (minutes: a file of its own for parallel workers)."""
 
 from pathlib import Path
 
 import pytest
 import torch
 
-from llada.decode import BatchDecoder, decode_batch
+from llada.decode import BatchDecoder, decode_batch, generate_batch
+from llada.weights.checkpoint import load_model
 from llada.decode import generate
 from llada.model import RowInput
 from llada.row_exact import tiled_linear, tiled_matmul
@@ -22,6 +22,38 @@ def _key(trace):
     """Everything a trace holds per forward: kinds, windows, every change with its confidence, the guesses."""
     return [(r.kind, r.phase, r.step, r.block, r.block_step, r.window, r.active, r.drafts, r.edits, r.mbe_edits,
              r.guesses, r.confidence) for r in trace.records]
+
+
+def _assert_batch_equals_alone(model, prompts, cfgs, mask_id, eos_id, max_batch=None):
+    alone = [generate(model, p, c, mask_id, eos_id) for p, c in zip(prompts, cfgs)]
+    batch = generate_batch(model, prompts, cfgs, mask_id, eos_id, max_batch=max_batch)
+    for i, (a, b) in enumerate(zip(alone, batch)):
+        assert _key(b) == _key(a), f"row {i}"
+        assert b.output_ids == a.output_ids and b.tokens == a.tokens, f"row {i}"
+    return alone
+
+
+@pytest.fixture(scope="module")
+def ref64(fixture_dir):
+    return load_model(fixture_dir).to(torch.float64)
+
+
+@pytest.mark.parametrize("extra", [{}, {"mbe": True, "mbe_window": 2}, {"use_cache": False}],
+                         ids=["cache", "mbe", "no-cache"])
+def test_golden_cases_in_one_batch_are_bit_exact_in_float64(ref64, golden, extra):
+    cases = golden["generate"]
+    alone = _assert_batch_equals_alone(ref64, [c["prompt_ids"] for c in cases],
+                                       [case_config(c, **extra) for c in cases], golden["mask_id"], golden["eos_id"])
+    if not extra:  # and they are the reference's traces
+        for case, trace in zip(cases, alone):
+            assert trace.output_ids == case["output_ids"], case["name"]
+            assert trace.block_states_before_each_forward() == case["block_states_before_each_forward"]
+
+
+def test_golden_cases_with_continuous_batching_in_float32(ref_model, golden):
+    cases = golden["generate"]  # 3 rows at a time: rows join as others finish, mid-block for the others
+    _assert_batch_equals_alone(ref_model, [c["prompt_ids"] for c in cases], [case_config(c) for c in cases],
+                               golden["mask_id"], golden["eos_id"], max_batch=3)
 
 
 @pytest.fixture(scope="module")
