@@ -18,7 +18,8 @@ line (a document's `--help` checks run in one process, one after another, so tha
 once), anything else must parse (`bash -n`). Every other command runs as written from the repository
 root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests and `/tmp/` a fresh
 directory per file; one file's commands run in their order, so a command may read what an earlier one of
-its file wrote. The
+its file wrote. A command that names no `/tmp/` path runs once per test process, however many documents
+repeat it. The
 ```python snippets run too, and every relative link and every repository path named in backticks must
 exist, so the documents follow the code when files move.
 """
@@ -171,6 +172,9 @@ def helps(argvs: list[list[str]], tmp: Path) -> dict[tuple[str, ...], tuple[int,
     return {a: (code, text) for a, (code, text) in zip(distinct, json.loads(answers.read_text()))}
 
 
+RAN: dict[str, str | None] = {}  # command -> what was wrong ('' or None), for commands that touch no /tmp/
+
+
 def check(cmd: Command, tmp: Path | None = None, answered: dict | None = None) -> str | None:
     """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more.
 
@@ -192,9 +196,14 @@ def check(cmd: Command, tmp: Path | None = None, answered: dict | None = None) -
                               timeout=TIMEOUT_S)
         return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}" \
             if done.returncode else None
+    if cmd.text in RAN:  # the same command in another document (README.md repeats docs/cli.md's first ones)
+        return RAN[cmd.text]
     done = subprocess.run(["bash", "-c", _shell(cmd.text, tmp)], cwd=ROOT, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
-    return f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
+    why = f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
+    if "/tmp/" not in cmd.text:  # what reads or writes /tmp/ may depend on its document's earlier commands
+        RAN[cmd.text] = why
+    return why
 
 
 def problems_of(doc: Path, tmp: Path) -> str:
