@@ -2,8 +2,9 @@
 
 Without --json it prints the generated text and a one-line summary; with --json one object with
 output_ids, text, num_decode_forwards, num_cache_forwards, block_states_before_each_forward, tpf, tps,
-drafts, edits, mbe_edits. Explicit thresholds override the mode's; the model's own presets
-(presets.json) define the modes when it ships them.
+drafts, edits, mbe_edits, inserts, deletes (the last two: LLaDA2.2's moves, 0 under the 2.1 rule). Explicit
+thresholds override the mode's; the model's own presets (presets.json) define the modes when it ships them.
+The rule follows the checkpoint (2.1: joint, 2.2: levenshtein); `--rule` overrides it.
 
 `--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
 forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompts-file", help="one prompt per line (text, a JSON string, or token ids), decoded "
                                             "as one batch; one result per line")
     g.add_argument("--batch-size", type=int, help="with --prompts-file: rows decoded at once (default: all)")
-    g.add_argument("--mode", default="S", help="preset: S, Q, M2T or one of the model's presets.json (default S)")
+    g.add_argument("--mode", default="S", help="preset: S, Q, M2T, S_OFFICIAL, Q_OFFICIAL (the LLaDA2.1 values) "
+                                               "or one of the model's presets.json (default S)")
     g.add_argument("--threshold", type=float, help="tau_mask: draft a mask when p > this")
     g.add_argument("--editing-threshold", type=_threshold, default=argparse.SUPPRESS,
                    help="tau_edit: edit a token when p > this; 0 edits every changed token; 'off' disables")
@@ -67,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int)
     g.add_argument("--top-p", type=float)
     g.add_argument("--seed", type=int)
+    g.add_argument("--rule", choices=("joint", "levenshtein"),
+                   help="the step rule (default: the checkpoint's; levenshtein needs a LLaDA2.2 checkpoint)")
+    g.add_argument("--steps", type=int, help="levenshtein: steps the schedule spreads a block's masks over (32)")
+    g.add_argument("--post-count", choices=("reset", "cumulative"), help="levenshtein: post-steps once a mask is "
+                                                                        "back (docs/llada22.md; default reset)")
+    g.add_argument("--escape", choices=("least_confident", "random"), help="levenshtein: the anti-loop escape's "
+                                                                           "position (default least_confident)")
     g.add_argument("--mbe", action="store_true", help="Multi-Block Editing: earlier blocks stay editable")
     g.add_argument("--mbe-window", type=int, help="finished blocks kept editable by MBE (default 1)")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every forward")
@@ -86,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def decode_config(pipe, args):
     """The mode's settings with every option the user gave on top (the same rule as the API's)."""
     names = ("threshold", "max_post_steps", "eos_early_stop", "block_length", "gen_length", "mbe_window",
-             "temperature", "top_k", "top_p", "seed")
+             "temperature", "top_k", "top_p", "seed", "rule", "steps", "post_count", "escape")
     explicit = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if hasattr(args, "editing_threshold"):
         explicit["editing_threshold"] = args.editing_threshold
@@ -187,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(one.get("text", " ".join(map(str, one["output_ids"]))))
         print(f"[{len(one['output_ids'])} tokens, {one['num_decode_forwards']} decode + {one['num_cache_forwards']} "
               f"cache forwards, TPF {one['tpf']:.2f}, TPS {one['tps']:.1f}, drafts {one['drafts']}, "
-              f"edits {one['edits']}, MBE edits {one['mbe_edits']}]")
+              f"edits {one['edits']}, MBE edits {one['mbe_edits']}, inserts {one['inserts']}, "
+              f"deletes {one['deletes']}]")
     return 0
 
 

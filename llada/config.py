@@ -9,7 +9,20 @@ is used, so a broken config raises `ConfigError` naming the file and the key, ne
 Real sizes (LLaDA2.1-mini): hidden 2048, 20 layers, 16/4 heads of 128, 256 experts top-8 in 8 groups
 (4 kept), expert width 512, one shared expert, vocabulary 157184.
 
-`DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling) and raises
+The model version (`ModelConfig.version`, "2.1" or "2.2") is read from the routing the config asks for,
+as the LLaDA2.2 reference dispatches: a positive `expert_capacity` means LLaDA2.2 block routing (each
+routing block of `block_size` tokens, 32, may use the `expert_capacity` experts, 48 of 256, that score
+best anywhere in it; `llada.model.block_topk`), an absent or zero one the 2.1 group-limited top-k. A
+2.2 config must then name its edit tokens (`delete_token_id` 156930, `split_token_id` 156931) and may
+name its stop ids (`eos_token_id`, a list: 156892 and 156900, `<|role_end|>`; the LLaDA2.2 pair when
+absent and inside the vocabulary). Its grouped-routing keys (`n_group`, `topk_group`) are read and
+type-checked but do not take part: block routing replaces group-limited selection, and the reference
+ignores them too, so they are accepted rather than refused (they ship in the real config). The 2.2 keys
+in a config without `expert_capacity` are refused: a half-2.2 config says something this engine would
+silently not do.
+
+`DecodeConfig` holds the settings of one run (thresholds, lengths, MBE, cache, sampling, the step rule and
+the Levenshtein rule's schedule, post-step count and escape) and raises
 `ValueError` naming the setting and its allowed range; named presets live in `llada.presets`.
 """
 
@@ -23,6 +36,9 @@ from pathlib import Path
 MODEL_TYPE = "llada2_moe"
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise for any model
 DTYPES = ("float32", "bfloat16", "float16")
+RULES = ("joint", "levenshtein")  # the step rules: LLaDA2.1's draft-and-edit, LLaDA2.2's with deletes and inserts
+POST_COUNTS = ("reset", "cumulative")  # `llada.rule.PostCount` values (docs/llada22.md)
+ESCAPES = ("least_confident", "random")  # `llada.rule.Escape` values
 
 # what the public reference (configuration_llada2_moe.py) assumes for a key that config.json leaves out
 REFERENCE_DEFAULTS = {"use_bias": True, "use_qkv_bias": False, "use_qk_norm": True, "rms_norm_eps": 1e-5,
@@ -40,6 +56,8 @@ FIXED = {
     "use_sliding_window": ((False,), "attention is block-causal over the whole sequence"),
     "use_rmsnorm": ((True,), "every norm is an RMSNorm"),
 }
+LLADA22_STOP_IDS = (156892, 156900)  # <|endoftext|> and <|role_end|>: where a LLaDA2.2 answer ends
+KEYS_22 = ("delete_token_id", "split_token_id", "block_size")  # meaningful only beside expert_capacity > 0
 ROPE_TYPES = ("default",)  # rope_scaling: null, or a dict whose rope_type / type is one of these
 
 
@@ -73,6 +91,11 @@ class ModelConfig:
     use_bias: bool = False  # attention.dense has a bias (the reference's default when the key is absent: true)
     use_qkv_bias: bool = False  # attention.query_key_value has a bias
     moe_router_enable_expert_bias: bool = True  # the router has an expert_bias that steers the selection
+    expert_capacity: int = 0  # LLaDA2.2: experts a routing block may use (0: 2.1 group-limited routing)
+    routing_block: int = 32  # LLaDA2.2: tokens of one routing block (config.json's `block_size`)
+    delete_token_id: int | None = None  # LLaDA2.2: the token that deletes its position
+    split_token_id: int | None = None  # LLaDA2.2: the token that inserts a mask before its position's token
+    stop_token_ids: tuple[int, ...] = ()  # config.json's eos_token_id (an id or a list), the stop set
     dtype: str | None = None  # the dtype the weights were saved in ("bfloat16" for LLaDA2.1)
     model_type: str = MODEL_TYPE
 
@@ -96,7 +119,29 @@ class ModelConfig:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError(f"config key 'dtype' must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.has_moe:
-            self._validate_moe()
+            self._validate_block_routing() if self.block_routing else self._validate_moe()
+        self._validate_ids()
+
+    def _validate_block_routing(self) -> None:
+        K, C, E = self.num_experts_per_tok, self.expert_capacity, self.num_experts
+        if C < K:
+            raise ConfigError(f"expert_capacity ({C}) is smaller than num_experts_per_tok ({K}): each token picks "
+                              f"its {K} experts among the {C} its routing block may use")
+        if C > E:
+            raise ConfigError(f"expert_capacity ({C}) is larger than num_experts ({E})")
+
+    def _validate_ids(self) -> None:
+        edits = {"delete_token_id": self.delete_token_id, "split_token_id": self.split_token_id}
+        if self.block_routing:
+            missing = [k for k, v in edits.items() if v is None]
+            if missing:
+                raise ConfigError(f"a LLaDA2.2 config (expert_capacity {self.expert_capacity}) needs "
+                                  f"{' and '.join(missing)} (the edit tokens its decoding writes)")
+            if self.delete_token_id == self.split_token_id:
+                raise ConfigError(f"delete_token_id and split_token_id are both {self.delete_token_id}")
+        for key, value in [*edits.items(), *(("eos_token_id", t) for t in self.stop_token_ids)]:
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ConfigError(f"config key '{key}' ({value}) is outside the vocabulary [0, {self.vocab_size})")
 
     def _validate_moe(self) -> None:
         if self.num_experts % self.n_group:
@@ -109,6 +154,16 @@ class ModelConfig:
         if not 1 <= self.num_experts_per_tok <= kept:
             raise ConfigError(f"num_experts_per_tok must be in [1, {kept}] (experts in the kept groups), "
                               f"got {self.num_experts_per_tok}")
+
+    @property
+    def block_routing(self) -> bool:
+        """LLaDA2.2's block routing (a positive expert_capacity) instead of 2.1's group-limited top-k."""
+        return self.expert_capacity > 0
+
+    @property
+    def version(self) -> str:
+        """"2.2" for a block-routing config, "2.1" otherwise (see the module docstring)."""
+        return "2.2" if self.block_routing else "2.1"
 
     @property
     def rotary_dim(self) -> int:
@@ -149,6 +204,10 @@ class ModelConfig:
         values = REFERENCE_DEFAULTS | {k: v for k, v in raw.items() if k in known and v is not None}
         values["dtype"] = raw.get("dtype") or raw.get("torch_dtype")
         try:
+            values |= _version_22(raw)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+        try:
             return cls(**values)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
@@ -164,7 +223,36 @@ class ModelConfig:
         out |= {"rope_scaling": None, "architectures": ["LLaDA2MoeModelLM"]}
         if self.dtype is None:
             del out["dtype"]
+        routing_block, stops = out.pop("routing_block"), out.pop("stop_token_ids")
+        out |= {"eos_token_id": list(stops)} if stops else {}
+        if self.block_routing:
+            out["block_size"] = routing_block
+        else:
+            for key in ("expert_capacity", "delete_token_id", "split_token_id"):
+                del out[key]
         return out
+
+
+def _version_22(raw: dict) -> dict:
+    """The LLaDA2.2 values of a raw config: routing block, stop ids (see the module docstring)."""
+    capacity = raw.get("expert_capacity") or 0
+    out = {"expert_capacity": capacity}
+    if capacity == 0:
+        stray = [k for k in KEYS_22 if raw.get(k) is not None]
+        if stray:
+            raise ConfigError(f"config key(s) {', '.join(stray)} belong to LLaDA2.2, but expert_capacity is absent "
+                              "or 0 (LLaDA2.1 routing): give expert_capacity or remove them")
+    elif raw.get("block_size") is not None:
+        out["routing_block"] = raw["block_size"]
+    stops = raw.get("eos_token_id")
+    stops = [stops] if isinstance(stops, int) and not isinstance(stops, bool) else stops
+    if stops is not None and (not isinstance(stops, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in stops)):
+        raise ConfigError(f"config key 'eos_token_id' must be a token id or a list of them, got {stops!r}")
+    vocab = raw.get("vocab_size")
+    if stops is None and capacity and isinstance(vocab, int) and max(LLADA22_STOP_IDS) < vocab:
+        stops = list(LLADA22_STOP_IDS)
+    return out | {"stop_token_ids": tuple(stops or ())}
 
 
 def read_json(path: str | Path) -> dict:
@@ -184,7 +272,7 @@ def read_json(path: str | Path) -> dict:
 _POSITIVE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
              "intermediate_size", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
              "max_position_embeddings", "n_group", "topk_group")
-_NON_NEGATIVE = ("first_k_dense_replace", "num_shared_experts")
+_NON_NEGATIVE = ("first_k_dense_replace", "num_shared_experts", "expert_capacity")
 _FLOATS = ("partial_rotary_factor", "rope_theta", "routed_scaling_factor", "rms_norm_eps")
 _BOOLS = ("use_qk_norm", "tie_word_embeddings", "use_bias", "use_qkv_bias", "moe_router_enable_expert_bias")
 
@@ -202,6 +290,10 @@ def _check_types(cfg: ModelConfig) -> None:
     for key in _BOOLS:
         if not isinstance(getattr(cfg, key), bool):
             raise ConfigError(f"config key '{key}' must be true or false, got {getattr(cfg, key)!r}")
+    _check_int("config key 'block_size' (the routing block, tokens)", cfg.routing_block, 1, ConfigError)
+    for key in ("delete_token_id", "split_token_id"):
+        if getattr(cfg, key) is not None:
+            _check_int(f"config key '{key}'", getattr(cfg, key), 0, ConfigError)
 
 
 def _check_fixed(raw: dict, source: str) -> None:
@@ -237,6 +329,10 @@ class DecodeConfig:
     use_cache: bool = True
     mbe: bool = False
     mbe_window: int = 1
+    rule: str | None = None  # "joint" (2.1) or "levenshtein" (2.2); None: the checkpoint's own (`llada.decide`)
+    steps: int = 32  # Levenshtein: the schedule spreads a block's entry masks over this many steps
+    post_count: str = "reset"  # Levenshtein: post-steps while an original mask is back: "reset" or "cumulative"
+    escape: str = "least_confident"  # Levenshtein anti-loop escape: "least_confident" or "random" (seeded)
 
     def __post_init__(self) -> None:
         _check_range("threshold", self.threshold, 0.0, 1.0)
@@ -255,6 +351,10 @@ class DecodeConfig:
             _check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
+        _check_int("steps", self.steps, 1)
+        for name, allowed in (("rule", RULES + (None,)), ("post_count", POST_COUNTS), ("escape", ESCAPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
 
     def with_(self, **changes) -> "DecodeConfig":
         return replace(self, **changes)

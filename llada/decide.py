@@ -8,6 +8,12 @@ rule's decision on its window (`llada.rule.step`). `decide` makes them for all r
 rows share one softmax over the forward's logits in place (`greedy_joined`), rows that sample draw from
 their own generator one by one, and rows with windows of one length share one call of the rule, with
 their own settings. Nothing is applied here: each row's loop applies its `WindowUpdate` and records it.
+
+Which rule a run follows (`levenshtein_of`): its checkpoint's, LLaDA2.1's joint draft-and-edit rule or
+LLaDA2.2's Levenshtein rule (`llada.rule.levenshtein`), unless `DecodeConfig.rule` names one. Levenshtein
+rows are decided apart, in groups of one `Levenshtein` settings object and one block length, each group
+by one `levenshtein_rows` call (equal, row by row, to the row alone). Their MBE blocks, if any, get 2.1
+edits (T2T) with the `plain` candidates, never the mask, DELETE or SPLIT (docs/llada22.md, "MBE under 2.2").
 """
 
 from __future__ import annotations
@@ -105,6 +111,8 @@ class WindowUpdate(NamedTuple):
     drafted: list[bool]
     edited: list[bool]
     mbe_edited: list[bool]
+    written: list[int] | None = None  # Levenshtein: the window after the writes, before the moves
+    levenshtein: rule.LevenshteinStep | None = None  # Levenshtein: the active block's step (moves, book, done)
 
 
 class Window(NamedTuple):
@@ -114,8 +122,44 @@ class Window(NamedTuple):
     hi: int
 
 
+def levenshtein_of(model_config, cfg, mask_id: int) -> rule.Levenshtein | None:
+    """The Levenshtein settings of a run of `cfg` on a model of `model_config`, None when it follows the joint
+    (2.1) rule; ValueError when the Levenshtein rule cannot run there."""
+    name = cfg.rule or ("levenshtein" if model_config.version == "2.2" else "joint")
+    if name == "joint":
+        return None
+    delete, split = model_config.delete_token_id, model_config.split_token_id
+    if delete is None or split is None:
+        raise ValueError(f"rule 'levenshtein' needs a LLaDA2.2 checkpoint (delete_token_id and split_token_id in "
+                         f"config.json); this model is LLaDA{model_config.version}: use rule 'joint'")
+    if cfg.temperature != 0:
+        raise ValueError(f"rule 'levenshtein' decodes greedily: temperature must be 0, got {cfg.temperature}")
+    if mask_id in (delete, split):
+        raise ValueError(f"the mask id {mask_id} is the model's DELETE or SPLIT id ({delete}, {split})")
+    return rule.Levenshtein(mask_id, delete, split, cfg.threshold, cfg.editing_threshold, cfg.steps,
+                            cfg.max_post_steps, post_count=cfg.post_count, escape=cfg.escape)
+
+
 def decide(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> list[WindowUpdate]:
     """Each run's `WindowUpdate` on its window, from its logits (W, V) (`runs`: `llada.loop.Run`s)."""
+    out: list[WindowUpdate | None] = [None] * len(runs)
+    joint = [i for i, run in enumerate(runs) if run.lev is None]
+    if joint:
+        decided = _joint([runs[i] for i in joint], [windows[i] for i in joint], [logits[i] for i in joint])
+        for i, decision in zip(joint, decided):
+            out[i] = decision
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        if run.lev is not None:
+            groups.setdefault((run.lev, run.cfg.block_length), []).append(i)
+    for rows in groups.values():
+        for i, decision in zip(rows, _levenshtein(runs, windows, logits, rows)):
+            out[i] = decision
+    return out
+
+
+def _joint(runs: list, windows: list[Window], logits: list[torch.Tensor]) -> list[WindowUpdate]:
+    """The joint (2.1) rule's updates of rows that follow it."""
     x0p = _Sampled(runs, logits)
     out: list[WindowUpdate | None] = [None] * len(runs)
     by_width: dict[int, list[int]] = {}
@@ -169,3 +213,44 @@ def _rule(runs: list, windows: list[Window], x0p: _Sampled, rows: list[int]) -> 
     drafted, edited, mbe = torch.stack([d.drafted, d.edited, d.mbe_edited]).tolist()
     return [WindowUpdate(d.tokens[r], after[r], old[r], new[r], conf[r], drafted[r], edited[r], mbe[r])
             for r in range(len(rows))]
+
+
+def _levenshtein(runs: list, windows: list[Window], logits: list[torch.Tensor], rows: list[int]) -> list[WindowUpdate]:
+    """One `levenshtein_rows` call for `rows` (one Levenshtein settings object, one block length B) on their
+    active blocks; the window's earlier blocks (MBE) get T2T edits with the plain candidates."""
+    lev, B = runs[rows[0]].lev, runs[rows[0]].cfg.block_length
+    cands = [rule.levenshtein_candidates(logits[i][-B:], lev) for i in rows]  # one row at a time: (B, V) fp32
+    cand = rule.Candidates(*(torch.stack([getattr(c, f) for c in cands]) for f in ("token", "p", "runner_up", "plain")))
+    tokens = torch.stack([runs[i].seq[windows[i].hi - B:windows[i].hi] for i in rows])  # (R, B)
+    starts = torch.tensor([windows[i].hi - B for i in rows], device=tokens.device)[:, None]
+    frozen = torch.arange(B, device=tokens.device) + starts < torch.tensor([runs[i].P for i in rows],
+                                                                           device=tokens.device)[:, None]
+    generators = [runs[i].generator for i in rows] if lev.escape is rule.Escape.RANDOM else None
+    s = rule.levenshtein_rows(tokens, cand, frozen, rule.BlockBooks.of([runs[i].book for i in rows]), lev, generators)
+    out = []
+    for r, i in enumerate(rows):
+        step = s.row(r)
+        x0, p, mbe, earlier = _mbe22(runs[i], windows[i], logits[i][:-B], lev)
+        moving = torch.isin(step.written, torch.tensor([lev.delete_id, lev.split_id], device=tokens.device))
+        moving &= ~frozen[r]  # a written DELETE or SPLIT is recorded as a move, not as a draft or an edit
+        window = torch.cat([earlier, step.tokens])
+        none = [False] * len(mbe)
+        out.append(WindowUpdate(
+            window, window.tolist(), runs[i].seq[windows[i].lo:windows[i].hi].tolist(), x0 + cand.token[r].tolist(),
+            p + cand.p[r].tolist(), none + (step.drafted & ~moving).tolist(), none + (step.edited & ~moving).tolist(),
+            mbe + [False] * B, earlier.tolist() + step.written.tolist(), step))
+    return out
+
+
+def _mbe22(run, window: Window, logits: torch.Tensor, lev: rule.Levenshtein):
+    """The MBE part of a Levenshtein row's window (the blocks before the active one): plain candidates x0 and
+    their p (the softmax with the mask logit suppressed), which positions T2T edits, the tokens after."""
+    tokens = run.seq[window.lo:window.lo + logits.shape[0]]
+    if not logits.shape[0]:
+        return [], [], [], tokens
+    probs = torch.softmax(logits.float().index_fill(-1, torch.tensor([lev.mask_id], device=logits.device),
+                                                    -torch.inf), dim=-1)  # (W', V)
+    p, x0 = probs.index_fill(-1, torch.tensor([lev.delete_id, lev.split_id], device=logits.device), 0).max(-1)
+    frozen = torch.arange(window.lo, window.lo + logits.shape[0], device=tokens.device) < run.P
+    edited = rule.edit(~frozen & (tokens != lev.mask_id), tokens, x0, p, lev.editing_threshold)
+    return x0.tolist(), p.tolist(), edited.tolist(), torch.where(edited, x0, tokens)

@@ -4,12 +4,12 @@
 many runs (rows) so that one row-batched model call serves them all, and decides for all of them at once
 (`llada.decide`); every row's trace is bit for bit its trace alone. A run alone is a batch of one.
 
-A round advances every active row to its next forward request, runs all of them in one row-batched model
-call (`LLaDA2MoE.forward_rows`, row-exact), then hands each row its logits, and the row applies the public
-rule (`llada.rule.step`) on its own. Each row keeps its prompt length, settings (mode, thresholds, MBE,
-block length, budget), EOS stop, sampling generator and KV cache. A row that finishes leaves the batch
-and a waiting one joins at the next round (continuous batching); `add` may be called between rounds and
-`drop` stops a row.
+A round advances every active row to its next forward request, runs all of them in one row-batched model call
+(`LLaDA2MoE.forward_rows`, row-exact), then hands each row its logits, and the row applies the public rule on
+its own (`llada.rule.step`, or LLaDA2.2's `levenshtein_rows` for rows that follow it). Each row keeps its
+prompt length, settings (mode, thresholds, MBE, block length, budget), EOS stop, sampling generator and KV
+cache. A row that finishes leaves the batch and a waiting one joins at the next round (continuous batching);
+`add` may be called between rounds and `drop` stops a row.
 
     batch = BatchDecoder(model, mask_id, eos_id, max_batch=8)
     rows = [batch.add(ids, cfg) for ids, cfg in jobs]
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import torch
 
 from .config import DecodeConfig, padded_length
-from .decide import Window, WindowUpdate, decide
+from .decide import Window, WindowUpdate, decide, levenshtein_of
 from .loop import ForwardAsk, Loop, Run, loop, resolve_forward
 from .model import LLaDA2MoE
 from .trace import StepRecord, Trace
@@ -259,13 +259,15 @@ def check_inputs(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mas
     if total > limit:
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + gen_length ({cfg.gen_length}), padded to whole "
                          f"blocks of {cfg.block_length}, needs {total} positions; the model allows {limit}")
+    levenshtein_of(model.config, cfg, mask_id)  # the rule the run follows can run on this model
 
 
 def generate(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
              trace: Trace | None = None, forward: str = "auto") -> Trace:
     """Decode to the end; returns the finished Trace (`trace`: an empty one to fill, e.g. with a name)."""
     stream = decode(model, prompt_ids, cfg, mask_id, eos_id, forward)
-    trace = trace or Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=mask_id, eos_id=eos_id)
+    trace = trace or Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=mask_id, eos_id=eos_id,
+                           stop_ids=model.config.stop_token_ids)
     for _ in trace.follow(stream):
         pass
     return trace.finish()
@@ -290,8 +292,8 @@ def generate_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[Dec
     """Decode every prompt to the end; the finished Traces in prompt order (`traces`: empty ones to fill)."""
     configs = check_configs(prompts, configs)
     stream = decode_batch(model, prompts, configs, mask_id, eos_id, max_batch)
-    traces = traces or [Trace(prompt_ids=list(ids), settings=cfg, mask_id=mask_id, eos_id=eos_id)
-                        for ids, cfg in zip(prompts, configs)]
+    traces = traces or [Trace(prompt_ids=list(ids), settings=cfg, mask_id=mask_id, eos_id=eos_id,
+                              stop_ids=model.config.stop_token_ids) for ids, cfg in zip(prompts, configs)]
     for row, record in stream:
         traces[row].add(record)
     return [trace.finish() for trace in traces]

@@ -5,7 +5,14 @@ block holding the prompt's tail. Each decode forward scores a window (the active
 MBE blocks when MBE is on), and the public rule `llada.rule.step` decides the drafts (M2T) and the
 edits (T2T, MBE). A block stops when a step starts without masks and edits nothing, or after
 `max_post_steps` mask-free steps; with `eos_early_stop` the run stops after a finished block that
-holds EOS.
+holds EOS (or another of the checkpoint's stop ids: LLaDA2.2 also ends at `<|role_end|>`).
+
+A run that follows LLaDA2.2's Levenshtein rule (`llada.decide.levenshtein_of`: a 2.2 checkpoint, or
+`DecodeConfig.rule`) decodes each block with `_decode_block22`: the same window and cache, the rule's
+bookkeeping kept in `run.book` from the block's entry, tokens that move inside the active block (its
+records list inserts, deletes and `moved_to`), and the block ends when the rule says it is done. When the
+last step changed the block, its keys/values are recomputed from the final tokens by the next block's
+cache forward (a `refresh`), as for a 2.1 block that ended at `max_post_steps`.
 
 The KV cache holds finished blocks (those that left the MBE window), computed from their final
 tokens: when a block's last forward already saw them its keys/values are committed as they are,
@@ -32,10 +39,11 @@ from typing import Generator, NamedTuple
 import torch
 
 from .config import DecodeConfig, padded_length
-from .decide import WindowUpdate
+from . import rule
+from .decide import WindowUpdate, levenshtein_of
 from .fast.graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, RowInput, block_causal_mask
-from .trace import Change, StepRecord
+from .trace import Change, Delete, Insert, StepRecord
 
 FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
@@ -59,6 +67,9 @@ class Run:
     def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
                  forward: str = "auto"):
         self.model, self.cfg, self.mask_id, self.eos_id = model, cfg, mask_id, eos_id
+        self.stops = {eos_id, *model.config.stop_token_ids}  # a finished block holding one ends the run (EOS stop)
+        self.lev = levenshtein_of(model.config, cfg, mask_id)  # None: the joint (2.1) rule
+        self.book: rule.BlockBook | None = None  # the Levenshtein rule's bookkeeping of the active block
         self.P, B = len(prompt), cfg.block_length
         self.n_blocks = padded_length(self.P, cfg.gen_length, B) // B
         self.first = self.P // B
@@ -123,14 +134,25 @@ def _step(run: Run, block: int, lo: int, block_step: int, d: WindowUpdate) -> St
     run.decode_forwards += 1
     old, new, conf = d.old, d.new, d.conf
     had_masks = run.mask_id in old[a0 - lo:]
+    written = new if d.written is None else d.written  # the joint rule writes x0; Levenshtein may write others
 
     def changes(chosen: list[bool]) -> list[Change]:
-        return [Change(lo + i, new[i], old[i], conf[i]) for i, yes in enumerate(chosen) if yes]
+        return [Change(lo + i, written[i], old[i], conf[i]) for i, yes in enumerate(chosen) if yes]
 
     return StepRecord(kind="decode", phase="draft" if had_masks else "verify", step=run.decode_forwards,
                       block=block, block_step=block_step, window=(lo, hi), active=(a0, hi),
                       drafts=changes(d.drafted), edits=changes(d.edited), mbe_edits=changes(d.mbe_edited),
-                      guesses=new, confidence=conf, seconds=run.seconds())
+                      guesses=new, confidence=conf, seconds=run.seconds(), **_moves(d.levenshtein, a0))
+
+
+def _moves(s: rule.LevenshteinStep | None, a0: int) -> dict:
+    """A Levenshtein step's moves as record fields, at absolute positions (the block starts at a0)."""
+    if s is None or not (s.inserts or s.deletes):
+        return {}
+    at = lambda i: a0 + i if i >= 0 else -1  # noqa: E731 - a block position made absolute, -1 kept
+    return {"inserts": [Insert(a0 + m.position, at(m.mask), m.token) for m in s.inserts],
+            "deletes": [Delete(a0 + m.position, m.token) for m in s.deletes],
+            "moved_to": [at(i) for i in s.moved_to.tolist()]}
 
 
 def _decode_block(run: Run, block: int) -> Loop:
@@ -164,18 +186,47 @@ def _decode_block(run: Run, block: int) -> Loop:
         run.cache.commit((block + 1) * B)
 
 
+def _decode_block22(run: Run, block: int) -> Loop:
+    """The per-block loop of the Levenshtein rule (LLaDA2.2); asks for each forward and yields its record."""
+    cfg, B = run.cfg, run.cfg.block_length
+    a0, hi = block * B, (block + 1) * B
+    # 1. The window and 2. the cache before it, as in `_decode_block`.
+    lo = max(run.first, block - cfg.mbe_window) * B if cfg.mbe else a0
+    yield from _fill_cache(run, lo, "prefill" if run.decode_forwards == 0 else "refresh", block)
+    # 3. The rule's bookkeeping at the block's entry: its masks are the original ones, the prompt is frozen.
+    frozen = torch.arange(a0, hi, device=run.seq.device) < run.P
+    run.book = rule.start_block(run.seq[a0:hi], frozen, run.mask_id)
+    block_step = 0
+    while True:
+        block_step += 1
+        # 4. One forward over the window; the driver sends back the rule's update (moves included).
+        update = yield ForwardAsk(lo, hi, lo // B)
+        # 5. Write the update into the sequence, keep the book, record the step.
+        record = _step(run, block, lo, block_step, update)
+        run.book = update.levenshtein.book
+        yield record
+        # 6. The rule says when the block is done (its final round, or a step without masks that changed nothing).
+        if update.levenshtein.done:
+            break
+    # 7. Without MBE, a last step that changed nothing saw the final tokens: its keys/values are committed as
+    #    they are; otherwise the next block's refresh forward recomputes them from the final tokens.
+    if run.cache is not None and update.after == update.old and not cfg.mbe:
+        run.cache.commit(hi)
+
+
 def _eos_stop(run: Run, block: int) -> bool:
     if not run.cfg.eos_early_stop:
         return False
     gen = run.seq[run.P:(block + 1) * run.cfg.block_length].tolist()
-    return run.mask_id not in gen and run.eos_id in gen
+    return run.mask_id not in gen and not run.stops.isdisjoint(gen)
 
 
 def loop(run: Run) -> Loop:
     """The decode loop of one row: yields a `ForwardAsk` (answered with the rule's `WindowUpdate` on its logits,
     None for a cache forward) or a `StepRecord`."""
+    decode_block = _decode_block if run.lev is None else _decode_block22
     for block in range(run.first, run.n_blocks):
-        yield from _decode_block(run, block)
+        yield from decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
             break
 

@@ -10,10 +10,11 @@ A pre-norm transformer whose attention is *block-causal*: the sequence is cut in
     h = x + dense(attn(rope(qk_norm(split(qkv(rmsnorm(x)))))))      grouped-query attention
     y = h + ffn(rmsnorm(h))        ffn = SwiGLU (first layers) or MoE (the rest)
 
-MoE: a sigmoid router in fp32 picks experts from the best groups using biased scores, weights them
-with the unbiased scores (normalised, times routed_scaling_factor), and adds an always-on shared
-expert. Letter legend: B batch, T tokens of this call, S keys (cache + T), H hidden, D head dim,
-E experts, K experts per token, I expert width.
+MoE: a sigmoid router in fp32 picks experts using biased scores, from the best groups (LLaDA2.1) or from
+the experts its routing block of 32 tokens may use (LLaDA2.2, `block_topk`), weights them with the
+unbiased scores (normalised, times routed_scaling_factor), and adds an always-on shared expert.
+Letter legend: B batch, T tokens of this call, S keys (cache + T), H hidden, D head dim, E experts,
+K experts per token, I expert width.
 
 Because a finished block never sees later ones, its keys/values never change: `KVCache` keeps them
 so that a decode step only runs the active window.
@@ -156,8 +157,29 @@ class SwiGLU(nn.Module):
         return project(self.down_proj, F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
 
 
+class RoutingError(ValueError):
+    """A forward whose tokens are not whole routing blocks at aligned positions (LLaDA2.2)."""
+
+
+def block_topk(biased: torch.Tensor, capacity: int, block: int, top_k: int) -> torch.Tensor:
+    """LLaDA2.2 block routing: biased scores r (T, E) -> expert ids (T, K).
+
+    Each run of `block` tokens is one routing block: its `capacity` experts with the highest max-over-tokens
+    r are allowed, and each token takes its top_k of r among them. Ties go to the lower expert id (stable
+    sorts), in the block's choice and in the token's. T must be whole blocks (`RoutingError` otherwise)."""
+    T, E = biased.shape
+    if T % block:
+        raise RoutingError(f"block routing needs whole routing blocks of {block} tokens; this forward routes "
+                           f"{T} tokens ({T % block} left over)")
+    blocks = biased.view(T // block, block, E)  # (NB, block, E)
+    best = blocks.amax(1).sort(dim=-1, descending=True, stable=True).indices[:, :capacity]  # (NB, C)
+    allowed = torch.zeros(T // block, E, dtype=torch.bool, device=biased.device).scatter_(1, best, True)
+    r = blocks.masked_fill(~allowed[:, None, :], float("-inf"))  # (NB, block, E)
+    return r.sort(dim=-1, descending=True, stable=True).indices[..., :top_k].reshape(T, top_k)
+
+
 class Router(nn.Module):
-    """Sigmoid router with expert bias and group-limited top-k, in fp32."""
+    """Sigmoid router with expert bias, in fp32: group-limited top-k (2.1) or block routing (2.2, `block_topk`)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -166,21 +188,38 @@ class Router(nn.Module):
         self.register_buffer("expert_bias", bias)  # None: selection uses the plain scores
         self.top_k, self.n_group, self.topk_group = cfg.num_experts_per_tok, cfg.n_group, cfg.topk_group
         self.scale = cfg.routed_scaling_factor
+        if cfg.block_routing:  # a 2.1 router has neither attribute (the 2.1 router kernel implements it alone)
+            self.capacity, self.routing_block = cfg.expert_capacity, cfg.routing_block
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h (T, H) -> expert ids (T, K) and combine weights (T, K) fp32."""
         scores = torch.sigmoid(linear(h.float(), self.weight.float()))  # (T, E)
         biased = scores if self.expert_bias is None else scores + self.expert_bias.float()
+        ids = block_topk(biased, self.capacity, self.routing_block, self.top_k) if hasattr(self, "capacity") \
+            else self._grouped_topk(biased)  # (T, K)
+        w = scores.gather(1, ids)  # the bias steers the choice, never the weights
+        w = w / (w.sum(-1, keepdim=True) + 1e-20) * self.scale
+        return ids, w
+
+    def _grouped_topk(self, biased: torch.Tensor) -> torch.Tensor:
+        """LLaDA2.1: top-k of the biased scores (T, E) within the topk_group best groups -> ids (T, K)."""
         T, E = biased.shape
         grouped = biased.view(T, self.n_group, E // self.n_group)
         group_score = grouped.topk(2, dim=-1).values.sum(-1)  # (T, n_group)
         keep = torch.zeros_like(group_score, dtype=torch.bool)
         keep.scatter_(1, group_score.topk(self.topk_group, dim=-1).indices, True)
         keep = keep[:, :, None].expand_as(grouped).reshape(T, E)
-        ids = biased.masked_fill(~keep, float("-inf")).topk(self.top_k, dim=-1).indices  # (T, K)
-        w = scores.gather(1, ids)
-        w = w / (w.sum(-1, keepdim=True) + 1e-20) * self.scale
-        return ids, w
+        return biased.masked_fill(~keep, float("-inf")).topk(self.top_k, dim=-1).indices  # (T, K)
+
+
+def check_routing_blocks(cfg: ModelConfig, pieces: list[tuple[int | torch.Tensor, int]]) -> None:
+    """Block routing: each (start, T) of a forward is whole routing blocks at aligned positions, so that no
+    routing block mixes two sequences (a tensor start, the static path's, is not read on the host)."""
+    R = cfg.routing_block
+    for start, T in pieces if cfg.block_routing else ():
+        if T % R or (not isinstance(start, torch.Tensor) and start % R):
+            raise RoutingError(f"block routing (LLaDA2.2) routes whole blocks of {R} tokens from position 0; a forward"
+                               f" of {T} tokens from position {start}: decode with a block_length multiple of {R}")
 
 
 class Experts(nn.Module):
@@ -352,6 +391,7 @@ class LLaDA2MoE(nn.Module):
         Static path (CUDA graphs, `llada.fast.graphs`): `start` a 0-d long tensor on the device, a cache,
         and a mask over all cache.capacity keys. Nothing then depends on start's value on the host."""
         B, T = input_ids.shape
+        check_routing_blocks(self.config, [(start, T)])
         static = isinstance(start, torch.Tensor)
         if static and (cache is None or mask is None or mask.shape[-1] != cache.capacity):
             raise ValueError("a tensor start needs a KV cache and a (T, cache.capacity) mask")
@@ -386,6 +426,7 @@ class LLaDA2MoE(nn.Module):
 
     def _forward_rows(self, rows: list[RowInput]) -> list[torch.Tensor | None]:
         sizes = [row.ids.shape[0] for row in rows]
+        check_routing_blocks(self.config, [(row.start, T) for row, T in zip(rows, sizes)])
         n = sum(sizes)
         device = self.device
         pad = padded_rows(n, device) - n

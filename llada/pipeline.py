@@ -76,9 +76,9 @@ class Pipeline:
         engine: "auto", "fast" or "reference" (`llada.fast.engine.use_engine`; its report is `pipe.engine`);
         decode_check=False skips its decode check (random weights, where logits tie everywhere)."""
         root = hub.model_path(path, progress)
-        _, raw = read_config(root)  # the config's errors come first, before any weight is read
+        config, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
-            presets = load_presets(root)
+            presets = load_presets(root, config.version)  # a 2.2 model's official modes are 2.2's
         except PresetError as err:
             raise CheckpointError(str(err)) from None
         tokenizer = load_tokenizer(root)
@@ -124,7 +124,7 @@ class Pipeline:
     def new_trace(self, prompt_ids: list[int], cfg: DecodeConfig, prompt: str = "", mode: str = "") -> Trace:
         """An empty Trace of a run of this model (fill it with `trace.follow(self.stream(...))`)."""
         return Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=self.mask_id, eos_id=self.eos_id,
-                     model=self.name, prompt=prompt, mode=mode)
+                     model=self.name, prompt=prompt, mode=mode, stop_ids=self.model.config.stop_token_ids)
 
     def stream(self, prompt_ids: list[int], cfg: DecodeConfig) -> Iterator[StepRecord]:
         """The run's records, one per forward; bad settings or a prompt that does not fit raise here."""

@@ -7,8 +7,19 @@ Official values (model card "Best Practices"):
     Q     0.7       0.5       16              32     careful drafting, editing on (Quality)
     M2T   0.95      off       16              32     drafting only, the LLaDA2.0-like baseline
 
+LLaDA2.2 (tech report; its Levenshtein rule also takes `steps`, the schedule of a block's masks):
+
+    mode  tau_mask  tau_edit  steps  max_post_steps  block
+    S     0.5       0.0       32     16              32
+
+The report gives S only: on a 2.2 model Q and M2T keep the 2.1 thresholds, with the same 32 steps
+(`official("2.2")`). A model's version picks its table (`Pipeline.load` reads it from config.json).
+
 A model directory may ship `presets.json` ({"S": {"threshold": .., ...}, ...}): its modes replace the
-official ones key by key (a mode it does not name keeps the official values; it may add modes).
+official ones key by key (a mode it does not name keeps the official values; it may add modes). A small
+model calibrates its own S and Q this way (`python -m llada.eval.calibrate`); the official S and Q stay
+one name away in every table as `S_OFFICIAL` and `Q_OFFICIAL`: the model's mode with the official values
+laid over it (its other settings, such as EOS early stop, kept), unless presets.json names them itself.
 
 The rule, the same for the command line, the API, the playground and the evaluation: a named mode
 sets every setting it names; a setting given explicitly overrides the mode's (`resolve`).
@@ -27,6 +38,17 @@ OFFICIAL: dict[str, dict] = {
     "Q": {"threshold": 0.7, "editing_threshold": 0.5, "max_post_steps": 16, "block_length": 32},
     "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 16, "block_length": 32},
 }
+OFFICIAL_ALIASES = {"S_OFFICIAL": "S", "Q_OFFICIAL": "Q"}  # in every table: the official values of S and Q
+OFFICIAL_22: dict[str, dict] = {name: values | {"steps": 32} for name, values in OFFICIAL.items()} | {
+    "S": {"threshold": 0.5, "editing_threshold": 0.0, "steps": 32, "max_post_steps": 16, "block_length": 32},
+}
+
+
+def official(version: str = "2.1") -> dict[str, dict]:
+    """The official table of a model version ("2.1" or "2.2")."""
+    if version not in ("2.1", "2.2"):
+        raise ValueError(f"unknown model version {version!r}; presets exist for 2.1 and 2.2")
+    return OFFICIAL_22 if version == "2.2" else OFFICIAL
 
 
 class PresetError(ValueError):
@@ -37,7 +59,7 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
     """The DecodeConfig of `mode` in `table` (official when None), every `explicit` setting on top.
 
     Pass only what the user set: `editing_threshold=None` means editing off, not "the mode's value"."""
-    table = OFFICIAL if table is None else table
+    table = merged({}) if table is None else table
     key = mode.upper() if isinstance(mode, str) else mode
     if key not in table:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(table)}")
@@ -47,31 +69,37 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
         raise ValueError(f"unknown decode setting ({err})") from None
 
 
-def merged(own: dict[str, dict]) -> dict[str, dict]:
-    """The official table with a model's own modes laid over it, key by key."""
-    table = {name: dict(values) for name, values in OFFICIAL.items()}
+def merged(own: dict[str, dict], version: str = "2.1") -> dict[str, dict]:
+    """The official table of `version` with a model's own modes laid over it, key by key, and the official S
+    and Q kept under `OFFICIAL_ALIASES` (the model's mode with the version's official values over it, unless
+    `own` names them)."""
+    base = official(version)
+    table = {name: dict(values) for name, values in base.items()}
     for name, values in own.items():
         table[name.upper()] = table.get(name.upper(), {}) | values
+    for alias, mode in OFFICIAL_ALIASES.items():
+        table.setdefault(alias, table[mode] | base[mode])
     return table
 
 
-def load_presets(root: str | Path) -> dict[str, dict]:
-    """The presets of a model directory: its presets.json over the official table (PresetError if invalid)."""
+def load_presets(root: str | Path, version: str = "2.1") -> dict[str, dict]:
+    """The presets of a model directory: its presets.json over the official table of its version (PresetError
+    if invalid)."""
     path = Path(root) / PRESETS_FILE
     if not path.exists():
-        return merged({})
+        return merged({}, version)
     try:
         own = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise PresetError(f"{path}: not valid JSON ({err})") from None
-    return check_presets(own, str(path))
+    return check_presets(own, str(path), version)
 
 
-def check_presets(own, source: str) -> dict[str, dict]:
+def check_presets(own, source: str, version: str = "2.1") -> dict[str, dict]:
     """Validate a presets table (every mode must build a DecodeConfig) and merge it over the official one."""
     if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
         raise PresetError(f'{source}: expected {{"MODE": {{"threshold": .., ...}}, ...}}')
-    table = merged(own)
+    table = merged(own, version)
     for name in own:
         try:
             DecodeConfig(**table[name.upper()])

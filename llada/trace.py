@@ -7,8 +7,13 @@ the current tokens, the counters (forwards, drafts, edits, MBE edits, seconds) a
 earlier step is rebuilt incrementally from the nearest one (`tokens_at`), applying or undoing changes.
 
 One Trace serves everything: the CLI's JSON (`summary`), the playground's canvas, stats, charts and
-partial text, the exports and the Learn recordings (`to_dict`, schema `llada-trace/2`, described in
-docs/trace-schema.md).
+partial text, the exports and the Learn recordings (`to_dict`, schema `llada-trace/3`, described in
+docs/trace-schema.md; `llada-trace/2`, without inserts and deletes, still reads).
+
+A LLaDA2.2 step (the Levenshtein rule) also moves tokens inside its active block: its `drafts` and `edits`
+sit at the positions before the moves, then `moved_to` says where each active position's token went (-1:
+deleted or pushed out; masks fill the rest), and `inserts` / `deletes` say why. Applying a step is its
+changes, then its moves; undoing it restores the block as it was before the moves, then undoes the changes.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from typing import Iterator, NamedTuple
 
 from .config import DecodeConfig, padded_length
 
-SCHEMA = "llada-trace/2"
+SCHEMA = "llada-trace/3"  # /3 adds inserts, deletes, moved_to to decode records and stop_ids to the trace
+READABLE = ("llada-trace/2", SCHEMA)
 P_DIGITS = 4  # confidences are rounded in JSON: enough to read, keeps exports small
 KINDS = ("drafts", "edits", "mbe_edits")  # the three kinds of change, named alike everywhere
+MOVES = ("inserts", "deletes")  # the two kinds of move (LLaDA2.2), counted beside them
 
 
 class Change(NamedTuple):
@@ -29,6 +36,21 @@ class Change(NamedTuple):
     token: int  # the token written
     old: int  # the token it replaced (the mask id for a draft)
     p: float  # the confidence that passed the threshold
+
+
+class Insert(NamedTuple):
+    """A SPLIT: a mask opens before the token `pos` held; that token is restored after it."""
+
+    pos: int  # where SPLIT was written (before the moves)
+    mask: int  # where the inserted mask is after the moves; -1: pushed out of the block
+    token: int  # the token restored after the mask (what `pos` held before the step)
+
+
+class Delete(NamedTuple):
+    """A DELETE: the token at `pos` is removed and the block's later tokens close the gap."""
+
+    pos: int  # where DELETE was written (before the moves)
+    token: int  # the token removed (what `pos` held before the step)
 
 
 @dataclass
@@ -45,6 +67,10 @@ class StepRecord:
     drafts: list[Change] = field(default_factory=list)  # masks filled (M2T)
     edits: list[Change] = field(default_factory=list)  # tokens replaced in the active block (T2T)
     mbe_edits: list[Change] = field(default_factory=list)  # tokens replaced in earlier blocks (MBE)
+    inserts: list[Insert] = field(default_factory=list)  # masks inserted by SPLIT (LLaDA2.2)
+    deletes: list[Delete] = field(default_factory=list)  # tokens removed by DELETE (LLaDA2.2)
+    moved_to: list[int] = field(default_factory=list)  # active position -> its position after the moves (-1
+    # gone); empty when nothing moved
     guesses: list[int] = field(default_factory=list)  # the model's token at every window position
     confidence: list[float] = field(default_factory=list)  # its probability p, same order
     seconds: float = 0.0  # engine time of this forward and its decision (the consumer's time excluded)
@@ -62,6 +88,8 @@ class StepRecord:
                "seconds": round(self.seconds, 6)}
         if self.kind == "decode":
             out |= {k: [[c.pos, c.token, c.old, round(c.p, P_DIGITS)] for c in getattr(self, k)] for k in KINDS}
+            out |= {"inserts": [list(i) for i in self.inserts], "deletes": [list(d) for d in self.deletes],
+                    "moved_to": self.moved_to}
             out |= {"guesses": self.guesses, "confidence": [round(c, P_DIGITS) for c in self.confidence]}
         return out
 
@@ -70,18 +98,30 @@ class StepRecord:
         changes = {k: [Change(*c) for c in d.get(k, [])] for k in KINDS}
         return cls(kind=d["kind"], phase=d["phase"], step=d["step"], block=d["block"], block_step=d["block_step"],
                    window=tuple(d["window"]), active=tuple(d["active"]), guesses=d.get("guesses", []),
-                   confidence=d.get("confidence", []), seconds=d["seconds"], **changes)
+                   confidence=d.get("confidence", []), seconds=d["seconds"], **changes,
+                   inserts=[Insert(*i) for i in d.get("inserts", [])],
+                   deletes=[Delete(*x) for x in d.get("deletes", [])], moved_to=list(d.get("moved_to", [])))
+
+    def move(self, view: list[int], mask_id: int) -> None:
+        """Apply this step's moves to `view` (the sequence after its changes), in place."""
+        if not self.moved_to:
+            return
+        a0, a1 = self.active
+        block, view[a0:a1] = view[a0:a1], [mask_id] * (a1 - a0)
+        for token, to in zip(block, self.moved_to):
+            if to >= 0:
+                view[to] = token
 
 
-def output_ids(tokens: list[int], prompt_length: int, gen_length: int, mask_id: int, eos_id: int) -> list[int]:
-    """The generated tokens, cut after the first EOS (inclusive) and before the first mask."""
+def output_ids(tokens: list[int], prompt_length: int, gen_length: int, mask_id: int, eos_id: int,
+               stop_ids: tuple[int, ...] = ()) -> list[int]:
+    """The generated tokens, cut after the first EOS or stop id (inclusive) and before the first mask."""
     gen = tokens[prompt_length:prompt_length + gen_length]
     end = len(gen)
     if mask_id in gen:
         end = gen.index(mask_id)
-    if eos_id in gen[:end]:
-        end = gen.index(eos_id) + 1
-    return gen[:end]
+    stops = {eos_id, *stop_ids}
+    return next((gen[:i + 1] for i, t in enumerate(gen[:end]) if t in stops), gen[:end])
 
 
 @dataclass
@@ -101,15 +141,17 @@ class Trace:
     status: str = "running"  # "running", "done" or "stopped"
     note: str = ""  # why a run stopped early, or what is worth knowing about it
     text: str | None = None  # the output's text, set by `finish` when a tokenizer is at hand
+    stop_ids: tuple[int, ...] = ()  # ids that end the output besides eos_id (LLaDA2.2: <|role_end|>)
 
     def __post_init__(self) -> None:
-        self.prompt_ids = list(self.prompt_ids)
+        self.prompt_ids, self.stop_ids = list(self.prompt_ids), tuple(self.stop_ids)
         self.length = padded_length(len(self.prompt_ids), self.settings.gen_length, self.settings.block_length)
         self.tokens = self.prompt_ids + [self.mask_id] * (self.length - len(self.prompt_ids))  # current state
         self.steps_index: list[int] = []  # records index of decode step k+1
         self.elapsed: list[float] = []  # engine seconds after each record
         self.output_lengths: list[int] = []  # output tokens after each record
-        self.counts = dict.fromkeys(("decode", "cache", *KINDS), 0)
+        self.counts = dict.fromkeys(("decode", "cache", *KINDS, *MOVES), 0)
+        self._before_moves: dict[int, list[int]] = {}  # step -> its active block before its moves (to undo them)
         self._writes: dict[int, list[tuple[int, str, float]]] = {}  # pos -> [(step, kind, p)] in order
         self._cursor = (0, tuple(self.tokens))  # (step, tokens) of the last tokens_at: one value, swapped whole
         self._named = 0  # records already seen by name_tokens
@@ -125,10 +167,16 @@ class Trace:
             if not self.prompt_length <= c.pos < self.length or self.tokens[c.pos] != c.old:
                 raise ValueError(f"record of step {record.step} changes position {c.pos} from {c.old}, "
                                  f"but the trace holds {self.tokens[c.pos] if c.pos < self.length else 'nothing'}")
+        self._check_moves(record)
         for kind in KINDS:
             for c in getattr(record, kind):
                 self.tokens[c.pos] = c.token
                 self._writes.setdefault(c.pos, []).append((record.step, kind, c.p))
+            self.counts[kind] += len(getattr(record, kind))
+        if record.moved_to:
+            self._before_moves[record.step] = self.tokens[record.active[0]:record.active[1]]
+            record.move(self.tokens, self.mask_id)
+        for kind in MOVES:
             self.counts[kind] += len(getattr(record, kind))
         self.counts[record.kind] += 1
         if record.kind == "decode":
@@ -136,6 +184,18 @@ class Trace:
         self.records.append(record)
         self.elapsed.append((self.elapsed[-1] if self.elapsed else 0.0) + record.seconds)
         self.output_lengths.append(len(self.output_ids))
+
+    def _check_moves(self, record: StepRecord) -> None:
+        """ValueError when a record's moves do not fit its active block."""
+        a0, a1 = record.active
+        gone = [to for to in record.moved_to if to >= 0]
+        if record.moved_to and (len(record.moved_to) != a1 - a0 or len(set(gone)) != len(gone)
+                                or not all(a0 <= to < a1 for to in gone)):
+            raise ValueError(f"record of step {record.step} moves its block {record.active} to {record.moved_to}")
+        moves = [m.pos for m in (*record.inserts, *record.deletes)]
+        if moves and (not record.moved_to or not all(max(a0, self.prompt_length) <= pos < a1 for pos in moves)):
+            raise ValueError(f"record of step {record.step} inserts or deletes at {moves}, outside its block's "
+                             f"generated positions or without moved_to")
 
     def follow(self, stream: Iterator[StepRecord]) -> Iterator[StepRecord]:
         """Add every record of `stream` as it comes and pass it on; closing this closes the stream."""
@@ -216,12 +276,20 @@ class Trace:
         return self.counts["mbe_edits"]
 
     @property
+    def inserts(self) -> int:
+        return self.counts["inserts"]
+
+    @property
+    def deletes(self) -> int:
+        return self.counts["deletes"]
+
+    @property
     def seconds(self) -> float:
         return self.elapsed[-1] if self.elapsed else 0.0
 
     @property
     def output_ids(self) -> list[int]:
-        return output_ids(self.tokens, self.prompt_length, self.gen_length, self.mask_id, self.eos_id)
+        return output_ids(self.tokens, self.prompt_length, self.gen_length, self.mask_id, self.eos_id, self.stop_ids)
 
     @property
     def tpf(self) -> float:
@@ -237,7 +305,7 @@ class Trace:
         return {"forwards": self.forwards, "decode_forwards": self.num_decode_forwards,
                 "cache_forwards": self.num_cache_forwards, "tokens": len(self.output_ids), "tpf": self.tpf,
                 "tps": self.tps, "seconds": self.seconds, "steps": self.steps, "drafts": self.drafts,
-                "edits": self.edits, "mbe_edits": self.mbe_edits}
+                "edits": self.edits, "mbe_edits": self.mbe_edits, "inserts": self.inserts, "deletes": self.deletes}
 
     def summary(self) -> dict:
         """The command line's JSON (UI_CONTRACT): output, forwards, block states, TPF, TPS, changes."""
@@ -245,7 +313,7 @@ class Trace:
                 "num_cache_forwards": self.num_cache_forwards,
                 "block_states_before_each_forward": self.block_states_before_each_forward(),
                 "tpf": self.tpf, "tps": self.tps, "drafts": self.drafts, "edits": self.edits,
-                "mbe_edits": self.mbe_edits}
+                "mbe_edits": self.mbe_edits, "inserts": self.inserts, "deletes": self.deletes}
 
     # ---- replay ----------------------------------------------------------------------------------------
 
@@ -263,12 +331,14 @@ class Trace:
             return list(self.tokens)
         view_step, frozen = self._cursor
         view = list(frozen)
-        while view_step < step:  # forward: apply the next step's changes
+        while view_step < step:  # forward: apply the next step's changes, then its moves
             view_step += 1
-            for c in self.step_record(view_step).changes:
-                view[c.pos] = c.token
-        while view_step > step:  # backward: undo this step's changes, last first
-            for c in reversed(self.step_record(view_step).changes):
+            self._apply(view, self.step_record(view_step))
+        while view_step > step:  # backward: undo this step's moves, then its changes, last first
+            record = self.step_record(view_step)
+            if record.moved_to:
+                view[record.active[0]:record.active[1]] = self._before_moves[record.step]
+            for c in reversed(record.changes):
                 view[c.pos] = c.old
             view_step -= 1
         self._cursor = (step, tuple(view))
@@ -287,9 +357,14 @@ class Trace:
         for index in self.steps_index:
             record = self.records[index]
             out.append(view[record.active[0]:record.active[1]])
-            for c in record.changes:
-                view[c.pos] = c.token
+            self._apply(view, record)
         return out
+
+    def _apply(self, view: list[int], record: StepRecord) -> None:
+        """A decode step on `view`: its changes, then its moves."""
+        for c in record.changes:
+            view[c.pos] = c.token
+        record.move(view, self.mask_id)
 
     def edit_events(self) -> list[tuple[int, str, Change]]:
         """Every T2T and MBE edit of the run, in order: (step, kind, change)."""
@@ -304,7 +379,8 @@ class Trace:
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "model": self.model, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
                 "mode": self.mode, "settings": self.settings.to_dict(), "mask_id": self.mask_id,
-                "eos_id": self.eos_id, "length": self.length, "texts": {str(k): v for k, v in self.texts.items()},
+                "eos_id": self.eos_id, "stop_ids": list(self.stop_ids), "length": self.length,
+                "texts": {str(k): v for k, v in self.texts.items()},
                 "partial": {str(k): v for k, v in self.partial.items()},
                 "records": [r.to_dict() for r in self.records],
                 "result": {"status": self.status, "note": self.note, "output_ids": self.output_ids,
@@ -312,11 +388,12 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trace":
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} trace (schema {data.get('schema')!r})")
+        if data.get("schema") not in READABLE:
+            raise ValueError(f"not a {' or '.join(READABLE)} trace (schema {data.get('schema')!r})")
         result = data.get("result") or {}
         return cls(prompt_ids=data["prompt_ids"], settings=DecodeConfig(**data["settings"]),
-                   mask_id=data["mask_id"], eos_id=data["eos_id"], model=data.get("model", ""),
+                   mask_id=data["mask_id"], eos_id=data["eos_id"], stop_ids=tuple(data.get("stop_ids", ())),
+                   model=data.get("model", ""),
                    prompt=data.get("prompt", ""), mode=data.get("mode", ""),
                    texts={int(k): v for k, v in data.get("texts", {}).items()},
                    partial={int(k): v for k, v in data.get("partial", {}).items()},

@@ -42,7 +42,7 @@ def test_generate_streams_and_matches_the_trace_and_the_cli(client, tiny_model_d
     updates = list(job)
     assert len(updates) >= 2
     text, stats = job.outputs()[-1]
-    assert set(stats) >= {"forwards", "tokens", "tpf", "tps", "drafts", "edits", "mbe_edits"}
+    assert set(stats) >= {"forwards", "tokens", "tpf", "tps", "drafts", "edits", "mbe_edits", "inserts", "deletes"}
     engine = stats.pop("engine")  # which MoE engine ran: on the CPU the reference, no self-check to run
     assert (engine["engine"], engine["self_check"], engine["fell_back"]) == ("reference", "none", False)
     trace = client.predict(api_name="/trace")

@@ -36,7 +36,7 @@ def test_prompts_file_of_ids_gives_each_prompt_its_lone_result(capsys, tmp_path,
         assert got["output_ids"] == case["output_ids"] and got["num_decode_forwards"] == case["num_forwards"]
         assert got["block_states_before_each_forward"] == case["block_states_before_each_forward"]
         assert set(got) == {"output_ids", "num_decode_forwards", "num_cache_forwards", "tpf", "tps", "drafts",
-                            "edits", "mbe_edits", "block_states_before_each_forward"}
+                            "edits", "mbe_edits", "inserts", "deletes", "block_states_before_each_forward"}
 
 
 def test_prompts_file_of_text_and_json_lines(capsys, tmp_path, tiny_model_dir):

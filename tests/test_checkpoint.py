@@ -59,6 +59,24 @@ def test_config_validation_messages():
         ModelConfig.from_dict(base | {"num_experts_per_tok": 3})
     with pytest.raises(ConfigError, match="partial_rotary_factor"):
         ModelConfig.from_dict(base | {"partial_rotary_factor": 0})
+    assert ModelConfig.from_dict(base).version == "2.1"
+    v22 = base | {"expert_capacity": 3, "block_size": 32, "delete_token_id": 9, "split_token_id": 10}
+    assert ModelConfig.from_dict(v22).version == "2.2"  # a positive expert_capacity: LLaDA2.2 block routing
+    with pytest.raises(ConfigError, match="expert_capacity \\(1\\) is smaller than num_experts_per_tok \\(2\\)"):
+        ModelConfig.from_dict(v22 | {"expert_capacity": 1})
+
+
+def test_stop_ids_come_from_generation_config_when_config_json_has_none(tmp_path, fixture_dir):
+    from llada.weights.checkpoint import read_config
+
+    root = tmp_path / "m"
+    root.mkdir()
+    raw = json.loads((fixture_dir / "config.json").read_text())
+    raw.pop("eos_token_id", None)
+    (root / "config.json").write_text(json.dumps(raw))
+    assert read_config(root)[0].stop_token_ids == ()
+    (root / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 2]}))
+    assert read_config(root)[0].stop_token_ids == (1, 2)
 
 
 def test_tied_embeddings_need_no_lm_head(broken, fixture_dir):

@@ -15,7 +15,7 @@ def _run(seed: int, cfg: DecodeConfig):
     seq = torch.randint(0, V, (3 * W,), generator=gen)
     seq[torch.rand(3 * W, generator=gen) < 0.5] = M
     generator = torch.Generator().manual_seed(100 + seed)
-    return SimpleNamespace(cfg=cfg, seq=seq, P=3, mask_id=M, generator=generator)
+    return SimpleNamespace(cfg=cfg, seq=seq, P=3, mask_id=M, generator=generator, lev=None)  # lev None: the joint rule
 
 
 def _decisions(logits_of, cfgs, windows):

@@ -96,3 +96,14 @@ def test_the_app_serves_the_replica_by_name(replica_dir):
             client.predict("def add(", "S", 0.0, None, False, 8, 8, "gpt2", api_name="/generate")
     finally:
         demo.close()
+
+
+@pytest.mark.parametrize("shape", ["tiny", "load", "mini"])
+def test_every_shape_has_a_22_config(shape):
+    from llada.config import ModelConfig
+    from llada.weights.replica import replica_config
+
+    cfg = ModelConfig.from_dict(replica_config(shape, "2.2"))
+    assert cfg.version == "2.2" and cfg.num_experts_per_tok < cfg.expert_capacity < cfg.num_experts
+    assert (cfg.delete_token_id, cfg.split_token_id, cfg.stop_token_ids) == (156930, 156931, (156892, 156900))
+    assert ModelConfig.from_dict(replica_config(shape)).version == "2.1"

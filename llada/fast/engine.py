@@ -36,7 +36,7 @@ from ..model import Experts, LLaDA2MoE, Router
 from . import kernels
 from .kernels.reference import rel_rmse
 from .layers import FusedExperts, FusedLayer, fuse_layers, unfuse_layers
-from .quantize import FP8Experts, FusedRouter
+from .quantize import FP8Experts, FusedRouter, fast_router
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -116,8 +116,9 @@ def to_fast(model: LLaDA2MoE) -> LLaDA2MoE:
             mlp.experts = FusedExperts(mlp.experts)
         if isinstance(getattr(mlp, "experts", None), FP8Experts):
             mlp.experts.impl = "triton"
-        if FusedRouter.supports(getattr(mlp, "gate", None)):
-            mlp.gate = FusedRouter(mlp.gate)
+        router = fast_router(getattr(mlp, "gate", None))
+        if router is not None:
+            mlp.gate = router
     return fuse_layers(model)  # the shared expert, the layer's norms and the router into the MoE's launches
 
 
@@ -146,6 +147,8 @@ def _plain_router(fused: FusedRouter) -> Router:
     router.register_buffer("expert_bias", fused.expert_bias)
     router.top_k, router.n_group, router.topk_group, router.scale = (fused.top_k, fused.n_group, fused.topk_group,
                                                                      fused.scale)
+    if hasattr(fused, "capacity"):  # LLaDA2.2's block routing
+        router.capacity, router.routing_block = fused.capacity, fused.routing_block
     return router
 
 
@@ -155,6 +158,7 @@ def self_check(model: LLaDA2MoE, tokens: tuple[int, ...] = CHECK_TOKENS) -> list
     routers, the experts on the same routing, and a fused layer's whole MoE half (`FusedLayer.moe_error`)."""
     mlp = next(layer.mlp for layer in model.layers if hasattr(layer.mlp, "experts"))
     fast_gate, fast_experts = mlp.gate, mlp.experts
+    tokens = routable(model, tokens)
     ref_gate = _plain_router(fast_gate) if isinstance(fast_gate, FusedRouter) else fast_gate
     layer = next((layer for layer in model.layers if isinstance(layer, FusedLayer)), None)
     checks = []
@@ -173,6 +177,20 @@ def self_check(model: LLaDA2MoE, tokens: tuple[int, ...] = CHECK_TOKENS) -> list
             check["ok"] = check["ok"] and check["layer_rel_rmse"] < LAYER_TOLERANCE
         checks.append(check)
     return checks
+
+
+def routable(model: LLaDA2MoE, tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """Token counts a check may route: as given, or (block routing) rounded up to whole routing blocks."""
+    R = model.config.routing_block if model.config.block_routing else 1
+    return tuple(sorted({-(-M // R) * R for M in tokens}))
+
+
+def check_decode_config(model: LLaDA2MoE, cfg: DecodeConfig = CHECK_DECODE) -> DecodeConfig:
+    """The decode check's settings for `model`: CHECK_DECODE, with blocks of whole routing blocks (LLaDA2.2)."""
+    if not model.config.block_routing or cfg.block_length % model.config.routing_block == 0:
+        return cfg
+    R = model.config.routing_block
+    return cfg.with_(block_length=R, gen_length=-(-cfg.gen_length // R) * R)
 
 
 def _reference_experts(experts: nn.Module):
@@ -195,11 +213,13 @@ Generate = Callable[..., "Trace"]  # `llada.decode.generate`: (model, prompt ids
 
 @torch.no_grad()
 def decode_check(model: LLaDA2MoE, generate: Generate, ids: tuple[int, int] | None = None,
-                 cfg: DecodeConfig = CHECK_DECODE) -> dict:
+                 cfg: DecodeConfig | None = None) -> dict:
     """A short decode of `model` (on the fast engine) and of the reference; equal traces or where they part.
 
     ids: the model's (mask id, EOS id); None: the vocabulary's last two ids (any pair of ids checks the same
-    arithmetic). The prompt is CHECK_PROMPT fixed ids; the model is back on the fast engine afterwards."""
+    arithmetic). cfg None: `check_decode_config`. The prompt is CHECK_PROMPT fixed ids; the model is back on the
+    fast engine afterwards."""
+    cfg = cfg or check_decode_config(model)
     vocab = model.config.vocab_size
     mask, eos = ids if ids is not None else (vocab - 1, vocab - 2)
     prompt = [t for t in ((k * 7919 + 11) % vocab for k in range(2 * CHECK_PROMPT)) if t not in (mask, eos)]

@@ -120,6 +120,43 @@ class FusedRouter(Router):
         return ids, w, s, x
 
 
+class FusedBlockRouter(FusedRouter):
+    """LLaDA2.2's block router on the fast path, `FusedRouter`'s contract: the reference's selection
+    (`llada.model.block_topk`, the same ops, so the same experts and weights bit for bit) on the device
+    with no host sync (a CUDA graph can hold it), after the residual add + RMSNorm in one fused launch
+    (`kernels.add_rms_norm`), with the shared expert's column for `llada.fast.layers.FusedMoE`. The
+    selection is ~10 ATen launches: it has no Triton kernel of its own yet."""
+
+    def __init__(self, router: Router):
+        super().__init__(router)
+        self.capacity, self.routing_block = router.capacity, router.routing_block
+
+    @staticmethod
+    def supports(router: nn.Module) -> bool:
+        """A plain block-routing Router (LLaDA2.2)."""
+        return type(router) is Router and hasattr(router, "capacity")
+
+    def forward(self, h: torch.Tensor, shared: bool = False, residual: torch.Tensor | None = None,
+                norm: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
+        """As `FusedRouter.forward`: h (T, H) -> ids, weights (T, K) [or (T, K + 1) with shared]; with
+        `residual` and `norm` -> ids, weights, residual + h, norm(residual + h)."""
+        s = None
+        if norm is not None:
+            s, h = kernels.add_rms_norm(residual, h, norm.weight, norm.eps)  # (T, H) each
+        ids, w = Router.forward(self, h)  # (T, K) each
+        if shared:  # the shared expert as expert E, weight 1
+            ids = torch.cat([ids, ids.new_full((h.shape[0], 1), self.weight.shape[0])], dim=1)
+            w = torch.cat([w, w.new_ones(h.shape[0], 1)], dim=1)
+        return (ids, w) if norm is None else (ids, w, s, h)
+
+
+def fast_router(router: nn.Module) -> FusedRouter | None:
+    """The fast path's router for `router` (2.1: the Triton kernel, 2.2: `FusedBlockRouter`), None if none."""
+    if FusedRouter.supports(router):
+        return FusedRouter(router)
+    return FusedBlockRouter(router) if FusedBlockRouter.supports(router) else None
+
+
 def _quantize_linears(module: nn.Module, impl: str) -> int:
     """Swap every nn.Linear below `module` for an FP8Linear; returns how many."""
     swapped = 0
@@ -140,8 +177,9 @@ def quantize_model_fp8(model: LLaDA2MoE, impl: str = "auto", dense: bool = False
         experts = getattr(layer.mlp, "experts", None)
         if isinstance(experts, Experts):
             layer.mlp.experts = FP8Experts.from_experts(experts, impl)
-        if fused and FusedRouter.supports(getattr(layer.mlp, "gate", None)):
-            layer.mlp.gate = FusedRouter(layer.mlp.gate)
+        router = fast_router(getattr(layer.mlp, "gate", None)) if fused else None
+        if router is not None:
+            layer.mlp.gate = router
         if dense:
             _quantize_linears(layer.attention, impl)
             _quantize_linears(layer.mlp, impl)  # dense SwiGLU or the shared experts (router is not a Linear)

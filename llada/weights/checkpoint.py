@@ -1,5 +1,8 @@
 """Read and write Hugging Face `llada2_moe` model directories, without `trust_remote_code`, lean on memory.
 
+LLaDA2.1 and LLaDA2.2 directories hold the same tensors under the same names; the version is the config's
+(`llada.config`: block routing, the edit and stop ids), so a 2.2 directory loads exactly as a 2.1 one.
+
 A directory holds `config.json` and either `model.safetensors` or shards listed in
 `model.safetensors.index.json`. Per-expert tensors `mlp.experts.E.{gate,up,down}_proj.weight` become
 the runtime layout `w13 (E, 2I, H)` (gate rows, then up rows) / `w2 (E, H, I)`.
@@ -60,12 +63,20 @@ class Slot(NamedTuple):
 
 
 def read_config(root: Path) -> tuple[ModelConfig, dict]:
-    """The validated config and the raw config.json of a model directory."""
+    """The validated config and the raw config.json of a model directory.
+
+    The stop ids (`ModelConfig.stop_token_ids`) are config.json's eos_token_id, else generation_config.json's
+    (where LLaDA2.2 ships its two), else the version's default."""
     if not root.is_dir():
         raise CheckpointError(f"{root}: model directory not found")
     try:
         raw = read_json(root / "config.json")
-        return ModelConfig.from_dict(raw, source=str(root / "config.json")), raw
+        cfg = ModelConfig.from_dict(raw, source=str(root / "config.json"))
+        generation = root / "generation_config.json"
+        stops = read_json(generation).get("eos_token_id") if generation.is_file() else None
+        if raw.get("eos_token_id") is None and stops is not None:  # errors now can only be these ids'
+            cfg = ModelConfig.from_dict(raw | {"eos_token_id": stops}, source=str(generation))
+        return cfg, raw
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
 

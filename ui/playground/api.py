@@ -46,10 +46,11 @@ def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, ge
 
 
 def api_stats(trace: Trace, pipe=None) -> dict:
-    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits (and their parts), and
-    the engine that ran (`llada.fast.engine.EngineReport.to_dict`: engine, requested, reason, fell_back, self_check)."""
+    """The stats dict of the API: forwards, tokens, tpf, tps, drafts, edits, mbe_edits, inserts, deletes (and their
+    parts), and the engine that ran (`llada.fast.engine.EngineReport.to_dict`: engine, requested, reason,
+    fell_back, self_check)."""
     keys = ("forwards", "decode_forwards", "cache_forwards", "tokens", "tpf", "tps", "seconds", "drafts", "edits",
-            "mbe_edits")
+            "mbe_edits", "inserts", "deletes")
     values = trace.stats()
     report = getattr(pipe, "engine", None)
     engine = {"engine": report.to_dict()} if report is not None else {}
