@@ -45,3 +45,37 @@ def test_a_variant_that_does_not_fit_is_skipped_with_the_numbers(monkeypatch, ti
     assert "GiB free" in bench._does_not_fit(tiny_model_dir, "both")
     monkeypatch.setattr(memory, "available_bytes", lambda device: 64 << 30)
     assert bench._does_not_fit(tiny_model_dir, "int8") is None
+
+
+def test_int8_only_measures_a_replica_written_in_int8(tmp_path):
+    from llada.weights.replica import write_replica
+
+    root = write_replica(tmp_path / "i8", "tiny", format="int8", shard_bytes=4 << 20)
+    out = tmp_path / "only.json"
+    done = subprocess.run([sys.executable, "-m", "llada.bench", "int8", "--int8-only", "--model", str(root), "--prefix",
+                           "24", "--block", "8", "--iters", "2", "--gen-length", "8", "--threads", "1",
+                           "--min-available-gib", "0.5", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    r = json.loads(out.read_text())
+    q = r["int8"]
+    cfg = read_config(root)[0]
+    assert r["bench"] == "int8-only" and r["commit"] and r["load_average"] and r["room"]["waited_seconds"] == 0
+    assert q["weights_bytes_held"] == memory.weight_bytes(cfg, torch.bfloat16, "int8")
+    assert q["bf16_checkpoint_bytes"] == memory.weight_bytes(cfg, torch.bfloat16)
+    assert r["int8_held_over_bf16_checkpoint"] == round(q["weights_bytes_held"] / q["bf16_checkpoint_bytes"], 3)
+    assert 0 < q["experts_touched_share"] <= 1 and q["forward_bytes_read"] <= q["all_weights_bytes_read"]
+    assert len(q["seconds_per_forward"]) == 2 and q["bandwidth_floor_seconds"] > 0 and q["copy_gb_per_s"] > 0
+    d = q["decode_S"]
+    assert d["threshold"] == 0.5 and d["tokens"] == 8 and d["forwards"] >= 1 and d["tokens_per_s"] > 0
+    assert q["peak_rss_decode_bytes"] > 0 and "load_peak_above_held_over_largest_shard" in r
+
+
+def test_the_load_waits_for_room_and_says_why():
+    from llada.bench.int8_only import wait_for_room
+
+    seen, naps = iter([1 << 30, 2 << 30, 8 << 30]), []
+    room, waited, why = wait_for_room(4 << 30, read=lambda: next(seen), sleep=naps.append, poll_s=30)
+    assert (room, waited, why, naps) == (8 << 30, 60, None, [30, 30])
+    room, waited, why = wait_for_room(4 << 30, read=lambda: 1 << 30, sleep=lambda s: None, poll_s=30, patience_s=90)
+    assert waited == 90 and why.startswith("MemAvailable 1.0 GiB < 4.0 GiB needed") and "after waiting 90 s" in why

@@ -39,6 +39,21 @@ def test_scales_are_bf16_and_no_weight_clips():
     assert ((dequantize_int8(q, s) - w).abs() <= s.float()[:, None] / 2 + 1e-12).all()  # half a step at most
 
 
+@pytest.mark.parametrize("shape", [(37, 29), (3, 5, 40), (1, 7), (0, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fast_quantizer_is_the_definition_bit_for_bit(shape, dtype, monkeypatch):
+    import llada.fast.int8 as int8
+
+    monkeypatch.setattr(int8, "QUANT_CHUNK", 64)  # several chunks, one of them short
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(1)).mul(0.02).to(dtype)
+    if w.numel():
+        w.view(-1, shape[-1])[0] = 0  # an all-zero row
+        w.view(-1)[-1] = -3.0  # a negative outlier sets its row's maximum
+    (q, s), (q_ref, s_ref) = int8.quantize_int8(w), int8.quantize_int8_ref(w)
+    assert q.shape == w.shape and s.shape == w.shape[:-1]
+    assert torch.equal(q, q_ref) and torch.equal(s, s_ref)
+
+
 @pytest.mark.parametrize("M, N, K", SHAPES)
 @pytest.mark.parametrize("impl", ["pack", "tiles"])
 def test_kernels_match_the_reference_on_odd_shapes(M, N, K, impl):

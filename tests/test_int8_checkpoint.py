@@ -152,3 +152,34 @@ def test_top1_agrees_along_a_decode_of_a_tiny_replica(tmp_path):
     quant = load_model(root, quantize="int8")
     agree = _teacher_forced_agreement(ref, quant, [11, 42, 7, 99, 3], MASK_ID, EOS_ID)
     assert agree >= 0.9, agree
+
+
+@pytest.mark.parametrize("pool_rows", [0, 64])  # fresh draws; row runs of pools (qkv's 128 rows: fresh)
+def test_an_int8_replica_is_the_converted_bf16_replica_byte_for_byte(tmp_path, pool_rows):
+    from safetensors.torch import load_file
+
+    from llada.weights.replica import main, write_replica
+
+    shape = dict(moe_intermediate_size=32, num_hidden_layers=4, pool_rows=pool_rows)  # K = 32: the pack kernel
+    bf16 = write_replica(tmp_path / "bf16", "tiny", seed=3, **shape)
+    converted = tmp_path / "converted"
+    int8_checkpoint.convert(bf16, converted)
+    direct = write_replica(tmp_path / "int8", "tiny", seed=3, format="int8", shard_bytes=1 << 20, **shape)
+    files = sorted(direct.glob("*.safetensors"))
+    assert len(files) >= 3 and (direct / "model.safetensors.index.json").exists()  # several shards, laid out first
+    want, got = load_file(converted / "model.safetensors"), {}
+    for f in files:
+        got |= load_file(f)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype and torch.equal(got[name], want[name]), name
+    assert json.loads((direct / "config.json").read_text()) == json.loads((converted / "config.json").read_text())
+    model = load_model(direct)  # loads as stored: int8 modules, nothing quantized
+    assert isinstance(model.layers[1].mlp.experts, Int8Experts) and model.layers[1].mlp.experts.impl == "pack"
+    ids = torch.tensor([[5, 7, 11, 13]])
+    with torch.inference_mode():
+        assert torch.equal(model(ids), load_model(bf16, quantize="int8")(ids))
+    assert main([str(tmp_path / "cli"), "--format", "int8", "--pool-rows", str(pool_rows)]) == 0
+    assert load_model(tmp_path / "cli").layers[0].attention.query_key_value.weight.dtype == torch.int8
+    with pytest.raises(ValueError, match="format must be one of bf16, int8"):
+        write_replica(tmp_path / "bad", "tiny", format="fp8")

@@ -143,7 +143,7 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     root = Path(path)
     try:
         cfg, raw = read_config(root)
-        load_presets(root)
+        load_presets(root, cfg.version)
         source = str(root / "config.json")
         stored = "int8" if stored_int8(raw, source) else "fp8" if stored_fp8(raw, source) else None
     except (CheckpointError, PresetError, ValueError) as err:

@@ -2,6 +2,8 @@
 
     python -m llada.bench int8 --shape load            # the ~2.2 GB replica (vocabulary 30% of it)
     python -m llada.bench int8 --shape mini            # full-size LLaDA2.1-mini (~32 GB bf16 replica on disk)
+    python -m llada.bench int8 --shape mini --int8-only  # the int8 mini alone, its replica written in int8
+                                                       # (llada.bench.int8_only: ~16 GB on disk, ~20 GB free RAM)
 
 A replica of `--shape` (`llada.weights.replica`, random weights, the real format) is written once to
 `--workdir`, or `--model DIR` is used. Each variant is measured in a fresh child process that does nothing
@@ -47,10 +49,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=32, help="tokens per forward")
     parser.add_argument("--iters", type=int, default=3, help="timed forwards per variant")
     parser.add_argument("--agree", action="store_true", help="also measure top-1 agreement (both models at once)")
-    parser.add_argument("--gen-length", type=int, default=32, help="tokens of each greedy decode (--agree)")
+    parser.add_argument("--gen-length", type=int, default=32, help="tokens of each decode (--agree, --int8-only)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/int8-<shape>.json)")
-    parser.add_argument("--child", choices=[*VARIANTS, "agree"], help=argparse.SUPPRESS)
+    parser.add_argument("--int8-only", action="store_true",
+                        help="only the int8 model, from a replica written straight in int8 (llada.bench.int8_only)")
+    parser.add_argument("--min-available-gib", type=float, default=None,
+                        help="--int8-only: MemAvailable to wait for before the load (default: int8 weights + 3.75)")
+    parser.add_argument("--decode-seconds", type=float, default=600,
+                        help="--int8-only: the S decode stops before its first forward after this many seconds")
+    parser.add_argument("--child", choices=[*VARIANTS, "agree", "int8-only"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -59,6 +67,13 @@ def main(argv: list[str]) -> int:
 
     args = parse(argv)
     start(args.threads)
+    if args.child == "int8-only" or (args.int8_only and not args.child):
+        from . import int8_only
+
+        if args.child:
+            int8_only.measure(args)  # one JSON line per stage on stdout
+            return 0
+        return int8_only.run(args, argv)
     if args.child:
         print(json.dumps(agreement(args) if args.child == "agree" else measure(args, VARIANTS[args.child])))
         return 0

@@ -47,13 +47,42 @@ TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 t
 COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
 
 
+QUANT_CHUNK = 1 << 22  # elements quantized at a time: bounds the fp32 temporaries (16 MiB) for the large matrices
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (..., N, K) float -> codes q (..., N, K) int8 and scales s (..., N) bf16, w ~ q * s[..., None]."""
-    w = w.detach().float()
-    wanted = (w.abs().amax(-1) / 127).clamp_min(1e-30)  # (..., N) fp32; an all-zero row gets a tiny scale
+    """w (..., N, K) float -> codes q (..., N, K) int8 and scales s (..., N) bf16, w ~ q * s[..., None].
+
+    The row maximum is read from w as it is (aminmax: no fp32 copy, no abs) and the quotient made in fp32 in
+    one pass, up to QUANT_CHUNK elements at a time: five passes over memory instead of eight (the loader
+    quantizes every matrix as it reads it; measured 1.8x faster on one thread, bench/results/README.md).
+    `quantize_int8_ref` is the definition; the two agree bit for bit (tests/test_int8.py)."""
+    K = w.shape[-1]
+    rows = w.detach().reshape(-1, K)  # (R, K)
+    q = torch.empty(rows.shape, dtype=torch.int8, device=w.device)
+    s = torch.empty(rows.shape[0], dtype=torch.bfloat16, device=w.device)
+    step = max(1, QUANT_CHUNK // max(K, 1))
+    for a in range(0, rows.shape[0], step):
+        low, high = torch.aminmax(rows[a:a + step], dim=-1)  # (n,) each, in w's dtype: exact
+        scale = _round_up_scale(torch.maximum(-low.float(), high.float()) / 127)  # (n,) bf16
+        codes = torch.div(rows[a:a + step], scale.float()[:, None])  # (n, K) fp32 (bf16 w promotes exactly)
+        q[a:a + step] = codes.round_().clamp_(-127, 127)
+        s[a:a + step] = scale
+    return q.view(w.shape), s.view(w.shape[:-1])
+
+
+def _round_up_scale(wanted: torch.Tensor) -> torch.Tensor:
+    """fp32 scales -> the nearest bf16 value not below them (an all-zero row gets a tiny scale)."""
+    wanted = wanted.clamp_min(1e-30)
     s = wanted.to(torch.bfloat16)
     low = s.float() < wanted  # rounded down: one bf16 step up (positive values: the next bit pattern)
-    s = torch.where(low, (s.view(torch.int16) + 1).view(torch.bfloat16), s)
+    return torch.where(low, (s.view(torch.int16) + 1).view(torch.bfloat16), s)
+
+
+def quantize_int8_ref(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition `quantize_int8` computes faster: s = amax|w| / 127 rounded up to bf16, q = round(w / s)."""
+    w = w.detach().float()
+    s = _round_up_scale(w.abs().amax(-1) / 127)
     q = torch.round(w / s.float()[..., None]).clamp_(-127, 127).to(torch.int8)
     return q, s
 

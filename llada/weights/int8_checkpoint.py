@@ -71,6 +71,8 @@ def convert(src: str | Path, dst: str | Path, shard_bytes: int = SHARD_BYTES, pr
 
 
 def _stream(slots, writer: ShardWriter, tensors: dict, progress: bool) -> None:
+    from ..fast.int8 import quantize_int8
+
     by_file = {}
     for entry, slot in slots:
         by_file.setdefault(entry.file, []).append((entry, slot))
@@ -82,17 +84,14 @@ def _stream(slots, writer: ShardWriter, tensors: dict, progress: bool) -> None:
                 reader.copy_into(entry, t)
                 name = hf_name(slot.key)
                 if tensors[name][0] == torch.int8:
-                    _write_rows(writer, name, slot, tensors[name][1], t)
+                    write_rows(writer, name, slot, tensors[name][1], *quantize_int8(t))
                 else:
                     writer.write(name, t)
 
 
-def _write_rows(writer: ShardWriter, name: str, slot, shape: tuple[int, ...], w: torch.Tensor) -> None:
-    """Quantize w (n, K), rows of the int8 tensor `name` (shape (N, K) or (E, N, K)), and write codes and scales
-    at their place: row r of expert e is row e * N + r of the flattened tensor."""
-    from ..fast.int8 import quantize_int8
-
-    q, s = quantize_int8(w)  # (n, K) int8, (n,) bf16
+def write_rows(writer: ShardWriter, name: str, slot, shape: tuple[int, ...], q: torch.Tensor, s: torch.Tensor) -> None:
+    """Write q (n, K) int8 and s (n,) bf16, the quantized rows of the int8 tensor `name` (shape (N, K) or
+    (E, N, K)) that `slot` names, at their place: row r of expert e is row e * N + r of the flattened tensor."""
     rows = shape[-2]
     first = (slot.expert or 0) * rows + (slot.rows[0] if slot.rows else 0)
     writer.write(name, q, first * shape[-1])  # one byte per code

@@ -1,6 +1,7 @@
 """A LLaDA2.1-mini or LLaDA2.2-mini replica in the real Hugging Face format, random weights, any size.
 
-    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--version 2.1|2.2] [--shard-mb N] [--seed S]
+    python -m llada.weights.replica OUT [--shape tiny|load|mini] [--version 2.1|2.2] [--format bf16|int8]
+                                    [--shard-mb N] [--seed S] [--pool-rows R]
 
 writes what `inclusionAI/LLaDA2.1-mini` ships (or, with `--version 2.2`, `inclusionAI/LLaDA2.2-mini`),
 scaled by `--shape` (`mini` is full size, ~32 GB):
@@ -25,6 +26,12 @@ stop ids (`eos_token_id` [156892, 156900]); its tokenizer holds `<|role_end|>` a
 tokens `<|delete|>`, `<|split|>` at 156930 / 156931 (reserved fillers between; the real tokenizer's
 names for the edit tokens are not public here), generation_config.json both stop ids.
 
+`--format int8` writes the same weights (the same seed draws the same numbers in the same order) straight
+in the int8 checkpoint format (`llada.weights.int8_format`): each tensor is drawn in bf16, quantized and
+written at its place in shards laid out beforehand, so the full-size mini (~16 GB in int8) is written
+holding one tensor, never its 32 GB bf16 form. The result is byte for byte what
+`python -m llada.weights.int8_checkpoint` makes of the bf16 replica of the same seed.
+
 Weights: N(0, 0.02), output projections N(0, 0.02 / sqrt(2 * layers)), norms 1, expert bias N(0, 1e-3):
 a random model whose logits are finite in bf16, for tests and benchmarks, never for text.
 """
@@ -48,6 +55,7 @@ SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mas
                   "<|role_end|>")
 FIRST_SPECIAL = 156891  # so that <|endoftext|> = 156892 and <|mask|> = 156895
 EOS_ID, MASK_ID = 156892, 156895
+FORMATS = ("bf16", "int8")
 VERSIONS = ("2.1", "2.2")
 ROLE_END_22, DELETE_ID, SPLIT_ID = 156900, 156930, 156931  # LLaDA2.2's ids (FluxServe's guide, the report)
 EDIT_TOKENS = ("<|delete|>", "<|split|>")
@@ -161,8 +169,38 @@ def random_tensor(name: str, shape: tuple[int, ...], layers: int, gen: torch.Gen
     return t.to(torch.bfloat16).cpu()
 
 
+class Draws:
+    """Where a replica's random tensors come from, in `tensor_shapes` order.
+
+    pool_rows 0: each tensor drawn fresh from one generator (`random_tensor`). pool_rows R > 0: a matrix of at
+    most R rows is a run of consecutive rows, at a random start, of one (R, K) pool per (std, K) drawn once:
+    every weight has the same distribution, the full-size mini costs a few pools instead of 16e9 normal draws,
+    and the pool's int8 codes are computed once too (`int8`). Matrices then share rows (expert 7's gate may be
+    expert 3's shifted): fine for memory and speed, meaningless for text, as every replica is."""
+
+    def __init__(self, layers: int, seed: int = 0, device: str = "cpu", pool_rows: int = 0):
+        self.layers, self.device, self.pool_rows = layers, device, pool_rows
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.pools = {}  # (std, K) -> (bf16 (R, K), int8 codes (R, K), bf16 scales (R,))
+
+    def draw(self, name: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, tuple | None]:
+        """(the bf16 tensor, its int8 (codes, scales) when they came with it from a pool, else None)."""
+        if not self.pool_rows or len(shape) != 2 or shape[0] > self.pool_rows or name.endswith("norm.weight"):
+            return random_tensor(name, shape, self.layers, self.gen, self.device), None
+        std = 0.02 / math.sqrt(2 * self.layers) if name.endswith(("dense.weight", "down_proj.weight")) else 0.02
+        N, K = shape
+        if (std, K) not in self.pools:
+            from ..fast.int8 import quantize_int8
+
+            w = (torch.randn(self.pool_rows, K, generator=self.gen, device=self.device) * std).to(torch.bfloat16).cpu()
+            self.pools[std, K] = (w, *quantize_int8(w))  # per-row scales: any run of rows is quantized alike
+        start = int(torch.randint(self.pool_rows - N + 1, (1,), generator=self.gen, device=self.device))
+        w, q, s = self.pools[std, K]
+        return w[start:start + N], (q[start:start + N], s[start:start + N])
+
+
 def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 5 << 30, device: str = "cpu",
-                  progress: bool = False) -> list[Path]:
+                  progress: bool = False, pool_rows: int = 0) -> list[Path]:
     """Sharded bf16 safetensors and their index; one shard in memory at a time."""
     shapes = tensor_shapes(cfg)
     shards, size = [[]], 0
@@ -174,16 +212,50 @@ def write_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int =
         shards[-1].append((name, shape))
         size += nbytes
     files = [out / f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
-    gen = torch.Generator(device=device).manual_seed(seed)
+    draws = Draws(cfg.num_hidden_layers, seed, device, pool_rows)
     weight_map = {}
     for f, shard in zip(files, _progress(shards, progress, "writing shards")):
-        tensors = {name: random_tensor(name, shape, cfg.num_hidden_layers, gen, device) for name, shape in shard}
+        tensors = {name: draws.draw(name, shape)[0].clone() for name, shape in shard}  # clone: no shared pools
         save_file(tensors, str(f), metadata={"format": "pt"})
         weight_map |= {name: f.name for name in tensors}
         del tensors
     total = sum(math.prod(s) * 2 for _, s in shapes)
     (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
     return files
+
+
+def write_int8_weights(out: Path, cfg: ModelConfig, seed: int = 0, shard_bytes: int = 4 << 30, device: str = "cpu",
+                       progress: bool = False, pool_rows: int = 0) -> list[Path]:
+    """`write_weights`' tensors, drawn in the same order, quantized one at a time and written in the int8 format
+    (experts stacked, codes + row scales; `llada.weights.int8_checkpoint`); the shard files written."""
+    from . import int8_format
+    from .checkpoint import expected_tensors, hf_name
+    from .fp8_checkpoint import ShardWriter, _write_index, output_tensors, plan_shards
+    from .int8_checkpoint import write_rows
+    from ..fast.int8 import quantize_int8
+    from ..model import LLaDA2MoE
+
+    with torch.device("meta"):
+        plain, quantized = LLaDA2MoE(cfg).to(torch.bfloat16), LLaDA2MoE(cfg).to(torch.bfloat16)
+    int8_format.swap_modules(quantized)
+    tensors = output_tensors(quantized)  # the int8 directory's tensors: HF name -> (dtype, shape)
+    slots = expected_tensors(plain)  # each bf16 tensor's place: runtime key, expert, rows
+    layout = plan_shards(tensors, out, shard_bytes)
+    draws = Draws(cfg.num_hidden_layers, seed, device, pool_rows)
+    with torch.no_grad(), ShardWriter(layout) as writer:
+        for name, shape in _progress(tensor_shapes(cfg), progress, "writing int8 tensors", "tensor"):
+            t, quantized = draws.draw(name, shape)  # drawn even if unused: the same stream as write_weights
+            slot = slots.get(name)
+            if slot is None:  # a tied lm_head
+                continue
+            target = hf_name(slot.key)
+            dtype, full = tensors[target]
+            if dtype == torch.int8:
+                write_rows(writer, target, slot, full, *(quantized or quantize_int8(t)))
+            else:
+                writer.write(target, t)
+    _write_index(layout)
+    return layout.files
 
 
 def write_tokenizer(out: Path, vocab_size: int = VOCAB, version: str = "2.1") -> None:
@@ -216,30 +288,44 @@ def write_tokenizer(out: Path, vocab_size: int = VOCAB, version: str = "2.1") ->
 
 
 def write_replica(out: str | Path, shape: str = "tiny", seed: int = 0, shard_bytes: int | None = None,
-                  device: str = "cpu", progress: bool = False, version: str = "2.1", **overrides) -> Path:
-    """Write a whole replica directory (config, generation config, shards + index, tokenizer)."""
+                  device: str = "cpu", progress: bool = False, version: str = "2.1", format: str = "bf16",
+                  pool_rows: int = 0, **overrides) -> Path:
+    """Write a whole replica directory (config, generation config, shards + index, tokenizer last), its
+    weights in bf16 or (format "int8") in the int8 checkpoint format."""
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {', '.join(SHAPES)} (flash is sized, never written), got {shape!r}")
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     raw = replica_config(shape, version, **overrides)
     cfg = ModelConfig.from_dict(raw)
+    if format == "int8":
+        from .int8_format import QUANTIZATION_CONFIG
+
+        raw = raw | {"quantization_config": QUANTIZATION_CONFIG, "torch_dtype": "bfloat16"}  # as the converter writes
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     stops = list(cfg.stop_token_ids) if cfg.block_routing else EOS_ID
     generation = {"bos_token_id": FIRST_SPECIAL, "eos_token_id": stops, "pad_token_id": EOS_ID}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    total = sum(cfg.parameter_counts().values()) * 2
-    write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress)
+    if format == "int8":
+        from .memory import weight_bytes
+
+        total = weight_bytes(cfg, torch.bfloat16, "int8")
+        write_int8_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress, pool_rows)
+    else:
+        total = sum(cfg.parameter_counts().values()) * 2
+        write_weights(out, cfg, seed, shard_bytes or max(total // 3, 1 << 20), device, progress, pool_rows)
     write_tokenizer(out, cfg.vocab_size, cfg.version)
     return out
 
 
-def _progress(items, enabled: bool, desc: str):
+def _progress(items, enabled: bool, desc: str, unit: str = "shard"):
     if not enabled:
         return items
     from tqdm import tqdm
 
-    return tqdm(items, desc=desc, unit="shard", disable=None)
+    return tqdm(items, desc=desc, unit=unit, disable=None, mininterval=5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,12 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="directory to write (created)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
     parser.add_argument("--version", choices=VERSIONS, default="2.1", help="2.2: block routing and the edit tokens")
+    parser.add_argument("--format", choices=FORMATS, default="bf16",
+                        help="bf16 (as published) or int8 (the int8 checkpoint format, written without the bf16 form)")
     parser.add_argument("--shard-mb", type=int, default=None, help="shard size in MB (default: a third of the model)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pool-rows", type=int, default=0,
+                        help="draw matrices as row runs of pools of this many rows (Draws: the mini in minutes)")
     parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda is faster)")
     args = parser.parse_args(argv)
     shard = args.shard_mb << 20 if args.shard_mb else None
-    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, version=args.version)
+    out = write_replica(args.out, args.shape, args.seed, shard, args.device, progress=True, version=args.version,
+                        format=args.format, pool_rows=args.pool_rows)
     size = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 2**30:.2f} GiB of weights)", file=sys.stderr)
     return 0
