@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import llada  # noqa: F401  (before torch: its OpenMP setting, llada/__init__.py)
+
 # idle OpenMP threads sleep instead of spinning: on shared cores (parallel workers, the browser, servers) a
 # spinning thread takes the core its partner needs (a two-thread test ran 25 s passive, minutes spinning)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
