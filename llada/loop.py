@@ -43,13 +43,17 @@ from . import rule
 from .decide import WindowUpdate, levenshtein_of
 from .fast.graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, RowInput, block_causal_mask
-from .trace import Change, Delete, Insert, StepRecord
+from .trace import Change, Delete, Insert, Poke, Poked, StepRecord
 
 FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
 
 class NonFiniteLogits(FloatingPointError):
     """The model produced NaN or infinite logits: the run cannot go on (broken or overflowing weights)."""
+
+
+class PokeAfterEnd(ValueError):
+    """A poke's step comes after the run's last decode forward (re-opening a finished run is not supported)."""
 
 
 class ForwardAsk(NamedTuple):
@@ -65,7 +69,7 @@ class Run:
     """Mutable state of one decoding run (the sequence, the cache, the counters)."""
 
     def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
-                 forward: str = "auto"):
+                 forward: str = "auto", pokes: tuple[Poke, ...] = ()):
         self.model, self.cfg, self.mask_id, self.eos_id = model, cfg, mask_id, eos_id
         self.stops = {eos_id, *model.config.stop_token_ids}  # a finished block holding one ends the run (EOS stop)
         self.lev = levenshtein_of(model.config, cfg, mask_id)  # None: the joint (2.1) rule
@@ -88,6 +92,9 @@ class Run:
         if cfg.seed is not None:
             self.generator.manual_seed(cfg.seed)
         self.decode_forwards = 0
+        self.pokes: dict[int, list[Poke]] = {}  # step -> the pokes due after that decode forward, in order
+        for p in pokes:
+            self.pokes.setdefault(p.step, []).append(p)
         self.resumed = time.perf_counter()  # when the engine last got control back from its consumer
 
     def model_input(self, f: ForwardAsk) -> RowInput:
@@ -173,9 +180,13 @@ def _decode_block(run: Run, block: int) -> Loop:
         block_step += 1
         # 4. One forward over the window; the driver sends back the rule's update (drafts, edits, MBE edits).
         update = yield ForwardAsk(lo, (block + 1) * B, lo // B)
-        # 5. Write the update into the sequence and record the step.
+        # 5. Write the update into the sequence and record the step (with the pokes due after it, if any).
         record = _step(run, block, lo, block_step, update)
         masks = run.mask_id in update.after[block * B - lo:]
+        if run.decode_forwards in run.pokes:
+            yield from _poke(run, record, lo, block)
+            masks = bool((run.seq[block * B:(block + 1) * B] == run.mask_id).any())
+            continue  # a poked block is not final: the next forward sees the changed text
         yield record
         # 6. A step without masks that changes nothing: the block is final.
         if record.phase == "verify" and not record.edits and not record.mbe_edits:
@@ -184,6 +195,30 @@ def _decode_block(run: Run, block: int) -> Loop:
     # 7. Without MBE the last forward saw the final tokens: its keys/values go into the cache as they are.
     if run.cache is not None and saw_final and not cfg.mbe:
         run.cache.commit((block + 1) * B)
+
+
+def _poke(run: Run, record: StepRecord, lo: int, block: int) -> Loop:
+    """The hook between two forwards: apply the pokes due after this one, yield its record, then recompute the
+    cache where a poke changed a block it holds.
+
+    A poke in the window [lo, ...) is seen by the next forward, which scores the whole window. A poke in a
+    finished block before the window changes keys/values the cache holds: the cache is cut back to that
+    block's start and refilled up to `lo` from the changed text (a `refresh` record), which is what a run
+    without the cache computes on every forward, so both give the same trace. Without MBE the model never
+    edits a finished block again: the poke stays, and only the blocks after it read it. With MBE a poke in
+    one of the `mbe_window` blocks before the active one is open to MBE edits, so the model may repair it;
+    further back it stays, as without MBE. Either way the active block takes at least one more forward."""
+    B, start = run.cfg.block_length, run.P
+    with torch.inference_mode():
+        for p in run.pokes.pop(run.decode_forwards):
+            at = start + p.pos
+            record.pokes.append(Poked(at, p.token, int(run.seq[at])))
+            run.seq[at] = p.token
+    yield record
+    first = min(p.pos for p in record.pokes) // B * B
+    if run.cache is not None and first < min(lo, run.cache.length):
+        run.cache.commit(first)  # keys/values from the poked block on are stale: refill them
+        yield from _fill_cache(run, lo, "refresh", block)
 
 
 def _decode_block22(run: Run, block: int) -> Loop:
@@ -229,6 +264,9 @@ def loop(run: Run) -> Loop:
         yield from decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
             break
+    if run.pokes:  # 9. pokes due after the run's last forward
+        raise PokeAfterEnd(f"poke at step {min(run.pokes)} comes after the run ended at step "
+                           f"{run.decode_forwards}: pokes after the last forward are not supported yet")
 
 
 def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:
