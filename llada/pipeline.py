@@ -6,7 +6,7 @@
     for record in trace.follow(pipe.stream(ids, trace.settings)):   # one StepRecord per forward
         ...
     trace = pipe.generate(ids, pipe.config("Q", mbe=True))           # the finished Trace
-    trace = pipe.generate(ids, cfg, pokes=[Poke(step=3, pos=0, token=pipe.poke_token("mask"))])  # text changed
+    trace = pipe.generate(ids, pipe.config("S"), pokes=[Poke(step=3, pos=0, token=pipe.poke_token("mask"))])
     traces = pipe.generate_batch([ids, other], [pipe.config("S"), pipe.config("Q")])  # rows share forwards
     for row, record in pipe.stream_batch([ids, other], pipe.config("S")):            # (row, StepRecord)
         ...
