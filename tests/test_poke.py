@@ -109,6 +109,15 @@ def test_pokes_in_a_batch_stay_in_their_row(ref_model):
         assert [p for _, p in trace.pokes] == [p for _, p in alone.pokes] and len(trace.pokes) == len(pokes)
 
 
+def test_a_poked_trace_renders_and_narrates_at_every_step(ref_model):
+    from ui.render import canvas, narrate
+
+    trace = _run(ref_model, _cfg(), [Poke(2, 0, 42), Poke(3, 1, 43)]).finish()
+    trace.name_tokens(lambda ids: [f"t{t}" for t in ids])
+    pages = [canvas.render(trace, step) + narrate.narrate(trace, step) for step in range(trace.steps + 1)]
+    assert any("poked after step" in page for page in pages)
+
+
 def test_a_poke_after_the_last_forward_is_refused(ref_model):
     with pytest.raises(PokeAfterEnd, match="after the run ended at step"):
         _run(ref_model, _cfg(), [Poke(10_000, 0, 42)])
