@@ -137,7 +137,7 @@ def run_generate(args) -> list[dict]:
         out = [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
     else:
         ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
-        out = [_result(pipe, pipe.generate(ids, cfg, pokes=pokes), with_pokes=True)]
+        out = [_result(pipe, pipe.generate(ids, cfg, pokes=pokes), with_pokes=bool(pokes))]
     print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.fast.engine)
     return out
 
@@ -146,7 +146,7 @@ def _result(pipe, trace, with_pokes: bool = False) -> dict:
     out = trace.summary()
     if pipe.tokenizer is not None:
         out["text"] = trace.text
-    if with_pokes:  # a single run lists its pokes (an empty list without --poke)
+    if with_pokes:  # only with --poke: without it the object is the one a batch row gets
         out["pokes"] = [{"step": step, "pos": p.pos - trace.prompt_length, "old": p.old, "new": p.token}
                         for step, p in trace.pokes]
     return out

@@ -156,7 +156,7 @@ def test_cli_pokes_and_lists_them(capsys, fixture_dir):
     assert [(p["step"], p["pos"], p["new"]) for p in got["pokes"]] == [(2, 0, MASK), (3, 1, 9)]
     assert got["output_ids"] == _run_ids(fixture_dir, [Poke(2, 0, MASK), Poke(3, 1, 9)])
     code, out, _ = _cli(capsys, *base)
-    assert code == 0 and json.loads(out)["pokes"] == []
+    assert code == 0 and "pokes" not in json.loads(out)  # without --poke: the object a batch row gets
 
 
 def _run_ids(fixture_dir, pokes):
