@@ -18,6 +18,10 @@ The KV cache holds finished blocks (those that left the MBE window), computed fr
 tokens: when a block's last forward already saw them its keys/values are committed as they are,
 otherwise one `cache` forward recomputes them. Forwards that only fill the cache are `cache` records.
 
+Pokes (`llada.trace.Poke`, a run's `pokes`) change the text between two forwards: `_poke`, a hook after a
+forward's record, writes them, lets the block take another forward, and recomputes the cache from a poked
+finished block; a poke after the last forward re-opens the block it touches (`_poked_loop`).
+
 `loop(run)` never calls the model itself: it yields a `ForwardAsk` (the positions it needs scored) and is
 sent the rule's `WindowUpdate` on that forward's logits (`llada.decide`), None for a cache forward. Who
 runs the forwards, one run alone or many rows in one model call, is the driver's business
@@ -50,10 +54,6 @@ FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
 class NonFiniteLogits(FloatingPointError):
     """The model produced NaN or infinite logits: the run cannot go on (broken or overflowing weights)."""
-
-
-class PokeAfterEnd(ValueError):
-    """A poke's step comes after the run's last decode forward (re-opening a finished run is not supported)."""
 
 
 class ForwardAsk(NamedTuple):
@@ -259,14 +259,59 @@ def _eos_stop(run: Run, block: int) -> bool:
 def loop(run: Run) -> Loop:
     """The decode loop of one row: yields a `ForwardAsk` (answered with the rule's `WindowUpdate` on its logits,
     None for a cache forward) or a `StepRecord`."""
+    if run.pokes:
+        yield from _poked_loop(run)
+        return
+    yield from _blocks(run, run.first)
+
+
+def _blocks(run: Run, first: int) -> Loop:
+    """Blocks `first`, `first` + 1, ... decoded in turn, up to the last or an EOS stop."""
     decode_block = _decode_block if run.lev is None else _decode_block22
-    for block in range(run.first, run.n_blocks):
+    for block in range(first, run.n_blocks):
         yield from decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
             break
-    if run.pokes:  # 9. pokes due after the run's last forward
-        raise PokeAfterEnd(f"poke at step {min(run.pokes)} comes after the run ended at step "
-                           f"{run.decode_forwards}: pokes after the last forward are not supported yet")
+
+
+def _poked_loop(run: Run) -> Loop:
+    """The loop of a run with pokes. A poke due after the run's last forward (its step past the end) applies to
+    the finished text on that last forward's record, and re-opens the earliest block it touches: that block is
+    decoded again from the changed text (its window and cache as on its first visit), then the blocks after it,
+    under the run's own rules (EOS stop included). To know which record is the last, each decode record is held
+    until the loop asks for its next forward or record, then passed on unchanged."""
+    B, first = run.cfg.block_length, run.first
+    while True:
+        last = yield from _holding(_blocks(run, first))
+        if not run.pokes:
+            yield last
+            return
+        late = [p for step in sorted(run.pokes) for p in run.pokes.pop(step)]  # 9. pokes after the last forward
+        run.pokes[run.decode_forwards] = late
+        first = min(run.P + p.pos for p in late) // B
+        lo = max(run.first, first - run.cfg.mbe_window) * B if run.cfg.mbe else first * B
+        yield from _poke(run, last, lo, first)
+        if run.cache is not None and run.cache.length > lo:
+            run.cache.commit(lo)  # the re-opened window's keys/values are computed again from its tokens
+
+
+def _holding(inner: Loop) -> Generator["ForwardAsk | StepRecord", "WindowUpdate | None", StepRecord]:
+    """`inner`'s asks and records passed on, each decode record one item late; returns the last one, not passed."""
+    held, answer = None, None
+    while True:
+        try:
+            item = inner.send(answer)
+        except StopIteration:
+            return held
+        if isinstance(item, StepRecord) and item.kind == "decode":
+            if held is not None:
+                yield held
+            held, answer = item, None
+            continue
+        if held is not None:
+            yield held
+            held = None
+        answer = yield item
 
 
 def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:

@@ -10,7 +10,6 @@ import pytest
 
 from llada.config import DecodeConfig
 from llada.decode import BatchDecoder, generate
-from llada.loop import PokeAfterEnd
 from llada.trace import Poke, Poked, Trace
 
 MASK, EOS = 258, 257  # the fixture's ids (tests/fixtures/llada2_tiny_ref/golden.json)
@@ -40,7 +39,7 @@ def _step_in_block(trace: Trace, block: int) -> int:
 
 def test_a_poked_run_is_its_trace_replayed(ref_model):
     cfg = _cfg()
-    pokes = [Poke(2, 0, MASK), Poke(2, 1, 9), Poke(5, 3, 100)]
+    pokes = [Poke(2, 0, MASK), Poke(2, 1, 9), Poke(5, 3, 100), Poke(10_000, 6, 7)]  # the last: after the end
     batch = BatchDecoder(ref_model, MASK, EOS, max_batch=1)
     batch.add(PROMPT, cfg, pokes=pokes)
     run = batch.waiting[0].run
@@ -50,9 +49,10 @@ def test_a_poked_run_is_its_trace_replayed(ref_model):
         trace.add(record)
         assert run.seq.tolist() == trace.tokens, record.step  # the engine's text is the trace's, pokes included
         states[trace.steps] = list(trace.tokens)
-    assert [(s, p.pos, p.token) for s, p in trace.pokes] == [(2, 4, MASK), (2, 5, 9), (5, 7, 100)]
+    assert [(s, p.pos, p.token) for s, p in trace.pokes][:3] == [(2, 4, MASK), (2, 5, 9), (5, 7, 100)]
+    assert trace.pokes[3][1][:2] == (10, 7) and trace.pokes[3][0] < trace.steps  # decoding went on after it
     assert all(p.old == back_one(trace, s, p) for s, p in trace.pokes)  # old: the token the step left there
-    assert trace.step_record(2).changes and trace.counts["pokes"] == 3
+    assert trace.step_record(2).changes and trace.counts["pokes"] == 4
     back = Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
     assert back.to_dict()["records"] == trace.to_dict()["records"] and back.pokes == trace.pokes
     assert back.tokens == trace.tokens
@@ -119,9 +119,20 @@ def test_a_poked_trace_renders_and_narrates_at_every_step(ref_model):
     assert any("poked after step" in page for page in pages)
 
 
-def test_a_poke_after_the_last_forward_is_refused(ref_model):
-    with pytest.raises(PokeAfterEnd, match="after the run ended at step"):
-        _run(ref_model, _cfg(), [Poke(10_000, 0, 42)])
+@pytest.mark.parametrize("mbe", [False, True], ids=["no-mbe", "mbe"])
+def test_a_poke_after_the_last_forward_reopens_the_block_it_touches(ref_model, mbe):
+    plain = _run(ref_model, _cfg(mbe=mbe))
+    last, touched = plain.steps, plain.step_record(plain.steps).block - 1  # the block before the last decoded
+    pokes = [Poke(10_000, touched * 4 - 4 + 1, MASK), Poke(10_001, touched * 4 - 4 + 2, 42)]
+    runs = [_run(ref_model, _cfg(mbe=mbe, use_cache=c), pokes) for c in (True, False)]
+    runs.append(generate(ref_model, PROMPT, _cfg(mbe=mbe), MASK, EOS, forward="static", pokes=pokes))
+    poked = runs[0]
+    assert _decode_view(runs[0]) == _decode_view(runs[1]) == _decode_view(runs[2])
+    assert _decode_view(poked)[:last - 1] == _decode_view(plain)[:last - 1]  # the run up to its end, unchanged
+    assert [(p.pos, p.token) for p in poked.step_record(last).pokes] == [(4 * touched + 1, MASK), (4 * touched + 2, 42)]
+    again = [r.block for r in poked.records[poked.steps_index[last]:] if r.kind == "decode"]
+    assert again and again[0] == touched and again == sorted(again)  # re-opened there, then the blocks after it
+    assert MASK not in poked.output_ids and poked.tokens == Trace.from_dict(poked.to_dict()).tokens
 
 
 @pytest.mark.parametrize("poke, message", [
