@@ -268,6 +268,8 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
     if write is None:  # no change wrote it: a token the moves brought here is always a written one
         return f"{q} · generated"
     k, kind, wp = write
+    if kind == "pokes":  # written from outside the run between two forwards (`llada.trace.Poke`)
+        return f"{q} · poked after step {k}"
     return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
 
 
