@@ -4,8 +4,8 @@ budget sized in forwards.
 The real LLaDA2.1-mini in int8 on a CPU takes seconds to tens of seconds per forward; the embedded model
 takes milliseconds. Three pieces let a visitor watch the slow one work instead of a frozen page:
 
-* `Pace` (one per loaded model, `pace_of(pipe)`): the seconds per decode forward, the median of the first
-  `MEASURED` decode forwards the model runs (so measured on its first run, then kept), and the layer the
+* `Pace` (one per loaded model, `pace_of(pipe)`): the seconds per forward, the median of the first
+  `MEASURED` forwards the model runs (so measured on its first run, then kept), and the layer the
   forward in flight has reached (a pre-hook on every layer's input norm: the one submodule that both the
   whole-batch and the row-batched forward call through `nn.Module.__call__`). The runs of one model share
   its forwards (`ui.runs.scheduler`), so one model has at most one forward in flight.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from llada.budget import Budget
 
-MEASURED = 4  # decode forwards whose median is the model's pace (the first one pays one-time setup)
+MEASURED = 4  # forwards whose median is the model's pace (the first one pays one-time setup)
 MARGIN = 1.25  # a slow run's wall time over its forwards at the measured pace: forwards vary with the prompt
 
 
@@ -63,7 +63,7 @@ class Pace:
     """One model's seconds per forward (measured) and the layer its forward in flight has reached."""
 
     def __init__(self, layers: int = 0):
-        self.times: list[float] = []  # seconds of the first MEASURED decode forwards
+        self.times: list[float] = []  # seconds of the first MEASURED forwards
         self.layers = layers
         self.layer = 0  # the layer the forward in flight is in (0-based; `layers`: past the last one)
 
@@ -72,8 +72,8 @@ class Pace:
         return statistics.median(self.times) if self.times else None
 
     def observe(self, record) -> None:
-        """Count a decode forward's engine seconds, until MEASURED of them are known."""
-        if record.kind == "decode" and len(self.times) < MEASURED:
+        """Count a forward's engine seconds (a decode or a cache forward), until MEASURED of them are known."""
+        if len(self.times) < MEASURED:
             self.times.append(float(record.seconds))
 
     def watch(self, model) -> None:
