@@ -186,3 +186,17 @@ def test_the_mini_is_offered_in_int8_where_only_int8_fits(tmp_path, monkeypatch,
     assert model.dtype == torch.bfloat16
     if offered == "int8":
         assert model.note.startswith("bfloat16 with int8 weights (quantized at load)")
+
+
+def test_the_page_says_how_long_a_slow_models_run_may_take(tmp_path, monkeypatch, tiny_model_dir):
+    from ui.playground.controls import maybe_slow, wait_note
+
+    assert "per forward" not in wait_note()  # only the embedded model: the page says nothing of slow ones
+    assert wait_note(slow=SlowBudget(forwards=64, most_seconds=600.0)).endswith(
+        "may use 64 forwards and up to 600 s per run instead, and a wait as long.")
+    assert not maybe_slow(m.Models([str(tiny_model_dir)], rt=m.Runtime("cpu", "cpu")))  # fp32: the small ones
+    mini = tmp_path / "mini"
+    mini.mkdir()
+    (mini / "config.json").write_text(json.dumps(replica_config("mini")))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 24 * GIB)
+    assert maybe_slow(m.Models([str(mini)], rt=m.Runtime("cpu", "cpu")))
