@@ -131,6 +131,8 @@ def test_a_slow_model_tells_its_pace_and_a_fast_one_does_not():
     assert pace.pace_sentence(None) == "" and pace.pace_sentence(0.01) == ""
     assert pace.pace_sentence(21.4).startswith("This model takes about 21.4 s per forward on this machine")
     assert working_line(2, 12.3, 4, 20, 25.0) == "⏳ working: forward 3, layer 5 of 20, 12 s of about 25.0 s"
+    assert working_line(0, 1.26, 20, 20, None) == ("⏳ working: forward 1, output head, 1.3 s (the first forward "
+                                                   "measures this model's pace)")
 
 
 def test_stop_during_a_forward_returns_at_once_and_closes_the_engine_after_it():

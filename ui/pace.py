@@ -65,7 +65,7 @@ class Pace:
     def __init__(self, layers: int = 0):
         self.times: list[float] = []  # seconds of the first MEASURED forwards
         self.layers = layers
-        self.layer = 0  # the layer the forward in flight is in (0-based; `layers`: past the last one)
+        self.layer = 0  # the layer the forward in flight is in (0-based; `layers`: the output head)
 
     @property
     def per_forward(self) -> float | None:
@@ -82,6 +82,8 @@ class Pace:
         self.layers = len(layers)
         for index, layer in enumerate(layers):
             layer.input_layernorm.register_forward_pre_hook(lambda *_, at=index: setattr(self, "layer", at))
+        if layers:  # the final norm: the output head (vocab x hidden, often the largest matrix) and the decision
+            model.norm.register_forward_pre_hook(lambda *_: setattr(self, "layer", len(layers)))
 
 
 _PACES_LOCK = threading.Lock()
@@ -181,7 +183,7 @@ def pace_sentence(per_forward: float | None) -> str:
 
 def working_line(forwards: int, elapsed: float, layer: int, layers: int, per_forward: float | None) -> str:
     """The progress line while forward `forwards + 1` runs: its layer, its seconds so far, what to expect."""
-    where = f"layer {min(layer + 1, layers)} of {layers}, " if layers else ""
+    where = "" if not layers else f"layer {layer + 1} of {layers}, " if layer < layers else "output head, "
     expect = (f" of about {per_forward:.1f} s" if per_forward is not None
               else " (the first forward measures this model's pace)")
-    return f"⏳ working: forward {forwards + 1}, {where}{elapsed:.0f} s{expect}"
+    return f"⏳ working: forward {forwards + 1}, {where}{elapsed:.{1 if elapsed < 10 else 0}f} s{expect}"
