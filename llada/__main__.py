@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompts-file", help="one prompt per line (text, a JSON string, or token ids), decoded "
                                             "as one batch; one result per line")
     g.add_argument("--batch-size", type=int, help="with --prompts-file: rows decoded at once (default: all)")
-    g.add_argument("--mode", default="S", help="preset: S, Q, M2T or one of the model's presets.json (default S)")
+    g.add_argument("--mode", default="S", help="preset: S, Q, M2T, S_OFFICIAL, Q_OFFICIAL (the LLaDA2.1 values) "
+                                               "or one of the model's presets.json (default S)")
     g.add_argument("--threshold", type=float, help="tau_mask: draft a mask when p > this")
     g.add_argument("--editing-threshold", type=_threshold, default=argparse.SUPPRESS,
                    help="tau_edit: edit a token when p > this; 0 edits every changed token; 'off' disables")

@@ -16,7 +16,10 @@ The report gives S only: on a 2.2 model Q and M2T keep the 2.1 thresholds, with 
 (`official("2.2")`). A model's version picks its table (`Pipeline.load` reads it from config.json).
 
 A model directory may ship `presets.json` ({"S": {"threshold": .., ...}, ...}): its modes replace the
-official ones key by key (a mode it does not name keeps the official values; it may add modes).
+official ones key by key (a mode it does not name keeps the official values; it may add modes). A small
+model calibrates its own S and Q this way (`python -m llada.eval.calibrate`); the official S and Q stay
+one name away in every table as `S_OFFICIAL` and `Q_OFFICIAL`: the model's mode with the official values
+laid over it (its other settings, such as EOS early stop, kept), unless presets.json names them itself.
 
 The rule, the same for the command line, the API, the playground and the evaluation: a named mode
 sets every setting it names; a setting given explicitly overrides the mode's (`resolve`).
@@ -35,6 +38,7 @@ OFFICIAL: dict[str, dict] = {
     "Q": {"threshold": 0.7, "editing_threshold": 0.5, "max_post_steps": 16, "block_length": 32},
     "M2T": {"threshold": 0.95, "editing_threshold": None, "max_post_steps": 16, "block_length": 32},
 }
+OFFICIAL_ALIASES = {"S_OFFICIAL": "S", "Q_OFFICIAL": "Q"}  # in every table: the official values of S and Q
 OFFICIAL_22: dict[str, dict] = {name: values | {"steps": 32} for name, values in OFFICIAL.items()} | {
     "S": {"threshold": 0.5, "editing_threshold": 0.0, "steps": 32, "max_post_steps": 16, "block_length": 32},
 }
@@ -55,7 +59,7 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
     """The DecodeConfig of `mode` in `table` (official when None), every `explicit` setting on top.
 
     Pass only what the user set: `editing_threshold=None` means editing off, not "the mode's value"."""
-    table = OFFICIAL if table is None else table
+    table = merged({}) if table is None else table
     key = mode.upper() if isinstance(mode, str) else mode
     if key not in table:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(table)}")
@@ -66,10 +70,15 @@ def resolve(mode: str, table: dict[str, dict] | None = None, **explicit) -> Deco
 
 
 def merged(own: dict[str, dict], version: str = "2.1") -> dict[str, dict]:
-    """The official table of `version` with a model's own modes laid over it, key by key."""
-    table = {name: dict(values) for name, values in official(version).items()}
+    """The official table of `version` with a model's own modes laid over it, key by key, and the official S
+    and Q kept under `OFFICIAL_ALIASES` (the model's mode with the version's official values over it, unless
+    `own` names them)."""
+    base = official(version)
+    table = {name: dict(values) for name, values in base.items()}
     for name, values in own.items():
         table[name.upper()] = table.get(name.upper(), {}) | values
+    for alias, mode in OFFICIAL_ALIASES.items():
+        table.setdefault(alias, table[mode] | base[mode])
     return table
 
 

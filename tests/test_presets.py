@@ -58,11 +58,20 @@ def test_a_broken_presets_json_is_a_checkpoint_error_of_that_model(tiny_model_di
         Pipeline.load(d)
 
 
-def test_training_writes_exactly_what_the_shipped_model_has():
+CALIBRATION = SHIPPED.parents[1] / "bench" / "results" / "presets-calibration-embedded.json"
+
+
+def test_the_shipped_presets_are_trainings_with_s_and_q_from_the_calibration():
+    """Training writes the official table; the shipped S and Q are the ones its calibration chose
+    (`python -m llada.eval.calibrate`, the report in bench/results), every other setting as training wrote it."""
     from llada.train.loop import PRESETS
 
     shipped = json.loads((SHIPPED / "presets.json").read_text())
-    assert shipped == json.loads(json.dumps(PRESETS))  # same modes, same keys, same values
+    chosen = json.loads(CALIBRATION.read_text(encoding="utf-8"))["chosen"]
+    calibrated = {mode: PRESETS[mode] | {"threshold": chosen[mode]["tau_mask"],
+                                         "editing_threshold": chosen[mode]["tau_edit"]} for mode in ("S", "Q")}
+    assert shipped == json.loads(json.dumps(PRESETS | calibrated))  # same modes, same keys, same values
+    assert shipped["S"] != PRESETS["S"]  # calibrated: the official S drafts no faster than Q on this model
     check_presets(shipped, "assets/model/presets.json")
 
 
@@ -78,3 +87,25 @@ def test_pipeline_cli_and_api_follow_one_rule(tiny_model_dir):
     assert cli == api == pipe.config("Q", threshold=0.6, gen_length=128)
     named = check_request(pipe.presets, "x", "Q", gen_length=128).settings.config  # no explicit threshold: the mode's
     assert named == pipe.config("Q", gen_length=128)
+
+
+def test_the_official_s_and_q_stay_one_name_away_whatever_a_model_calibrates(tmp_path):
+    (tmp_path / "presets.json").write_text(json.dumps({"S": {"threshold": 0.15, "eos_early_stop": True},
+                                                       "Q": {"editing_threshold": 0.3}}))
+    table = load_presets(tmp_path)
+    assert (table["S"]["threshold"], table["Q"]["editing_threshold"]) == (0.15, 0.3)
+    assert table["S_OFFICIAL"] == OFFICIAL["S"] | {"eos_early_stop": True}  # the model's other settings kept
+    assert table["Q_OFFICIAL"] == OFFICIAL["Q"]
+    assert resolve("s_official", table) == resolve("S", eos_early_stop=True) and resolve("S_OFFICIAL").threshold == 0.5
+    (tmp_path / "presets.json").write_text(json.dumps({"S_OFFICIAL": {"threshold": 0.4}}))  # a model may name it
+    assert load_presets(tmp_path)["S_OFFICIAL"]["threshold"] == 0.4
+
+
+def test_the_playground_offers_the_official_modes():
+    from ui.settings import MODES, check_settings, preset_values
+
+    table = load_presets(SHIPPED)
+    assert {"S (official)", "Q (official)"} <= set(MODES)
+    s, q = (check_settings(table, f"{m} (official)").config for m in ("S", "Q"))
+    assert (s.threshold, s.editing_threshold, q.threshold, q.editing_threshold) == (0.5, 0.0, 0.7, 0.5)
+    assert preset_values(table, "S (official)")["threshold"] == 0.5

@@ -69,7 +69,7 @@ def test_the_shipped_model_has_v1s_architecture_and_the_cpu_presets():
     ours = model_config(tc, shipped["vocab_size"]).to_dict()
     arch = [k for k in ours if k not in ("architectures", "model_type")]
     assert {k: ours[k] for k in arch} == {k: ModelConfig.from_dict(shipped).to_dict()[k] for k in arch}
-    assert TRAINING_PRESETS["cpu"].decoding == PRESETS  # the table presets.json of assets/model holds
+    assert TRAINING_PRESETS["cpu"].decoding == PRESETS  # written as presets.json (the shipped S and Q then calibrated)
     assert shipped["name"] == "llada2-cpu-moe"  # preset cpu continued the v1 model (its card says so)
     assert TRAINING_PRESETS["code"].decoding == OFFICIAL_DECODING
 

@@ -4,7 +4,9 @@
 (shown in `#error`, or as a Gradio error over the API): types are strict (a boolean is a boolean, a
 prompt is a string), numbers finite, and a prompt needs visible characters and valid Unicode. What it
 returns is one value, `Request(prompt, RunSettings(mode, config))`: the UI's mode label (S, Q, M2T only,
-Custom) and the `DecodeConfig` the engine runs, resolved from the model's presets.
+Custom, S (official), Q (official)) and the `DecodeConfig` the engine runs, resolved from the model's
+presets. S and Q are the model's own (a small model calibrates them, `llada.eval.calibrate`); S (official)
+and Q (official) are the LLaDA2.1 values (`llada.presets.OFFICIAL_ALIASES`), one click away.
 
 Settings follow the engine's one rule (`llada.presets`): a named mode sets the thresholds, a threshold
 given explicitly overrides it; Custom is the model's S mode with the thresholds given.
@@ -20,8 +22,9 @@ from typing import NamedTuple
 from llada.config import DecodeConfig
 from llada.presets import load_presets, merged, resolve
 
-MODES = ("S", "Q", "M2T only", "Custom")
-ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S"}  # UI label -> preset
+MODES = ("S", "Q", "M2T only", "Custom", "S (official)", "Q (official)")
+ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S",  # UI label -> preset
+               "S (official)": "S_OFFICIAL", "Q (official)": "Q_OFFICIAL"}
 LIMITS = {"block_length": (4, 128), "gen_length": (8, 1024), "max_post_steps": (0, 64), "mbe_window": (1, 4),
           "temperature": (0.0, 2.0), "seed": (0, 2**31 - 1)}
 MAX_PROMPT_CHARS = 8000
@@ -34,7 +37,7 @@ class InputError(ValueError):
 
 
 class RunSettings(NamedTuple):
-    """How one run decodes: the UI's mode label (S, Q, M2T only, Custom) and the engine's settings."""
+    """How one run decodes: the UI's mode label (one of `MODES`) and the engine's settings."""
 
     mode: str
     config: DecodeConfig

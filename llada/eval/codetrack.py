@@ -63,24 +63,32 @@ def reference_scores(items: list[CodeFunction]) -> dict:
 def evaluate_code(pipe, items: list[CodeFunction], modes: list[str] | None = None, gen_length: int = 128,
                   progress: bool = True, batch: int = BATCH) -> dict:
     """The code track of every mode on the same items, `batch` decoded at once (the same outputs as one by one)."""
+    cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in (modes or list(MODES))}
+    return evaluate_code_configs(pipe, items, cfgs, progress, batch)
+
+
+def evaluate_code_configs(pipe, items: list[CodeFunction], cfgs: dict, progress: bool = True,
+                          batch: int = BATCH) -> dict:
+    """The code track of every named DecodeConfig of `cfgs` ({name: cfg}, one generation length) on `items`."""
     from tqdm import tqdm
 
-    modes = modes or list(MODES)
-    cfgs = {mode: mode_config(pipe, mode, gen_length) for mode in modes}
-    jobs = [(mode, item) for item in items for mode in modes]  # one batch; an item's modes side by side (memo)
+    lengths = {cfg.gen_length for cfg in cfgs.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"the code track compares one generation length, got {sorted(lengths)}")
+    jobs = [(name, item) for item in items for name in cfgs]  # one batch; an item's settings side by side (memo)
     bar = tqdm(total=len(jobs), desc="eval code", file=sys.stderr, disable=not progress)
-    runs = decode_texts(pipe, [it.prompt for _, it in jobs], [cfgs[mode] for mode, _ in jobs], batch,
+    runs = decode_texts(pipe, [it.prompt for _, it in jobs], [cfgs[name] for name, _ in jobs], batch,
                         progress=bar.update)
     bar.close()
-    tallies = {mode: CodeTally() for mode in modes}
-    for (mode, item), (text, result, seconds) in zip(jobs, runs):
+    tallies = {name: CodeTally() for name in cfgs}
+    for (name, item), (text, result, seconds) in zip(jobs, runs):
         score = check_completion(item, text)
-        tallies[mode].add(CodeTally(**(asdict(run_tally(result, cfgs[mode])) | {"seconds": seconds}),
+        tallies[name].add(CodeTally(**(asdict(run_tally(result, cfgs[name])) | {"seconds": seconds}),
                                     parses=int(score.parses), in_scope=int(score.in_scope),
                                     multi_line=int(score.parses and score.body_lines >= 2)))
-    out = {mode: {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold,
-                  **tallies[mode].code_summary()} for mode, cfg in cfgs.items()}
-    return {"n": len(items), "gen_length": gen_length, "reference": reference_scores(items), "modes": out}
+    out = {name: {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold,
+                  **tallies[name].code_summary()} for name, cfg in cfgs.items()}
+    return {"n": len(items), "gen_length": lengths.pop(), "reference": reference_scores(items), "modes": out}
 
 
 def format_code_table(code: dict) -> str:

@@ -69,17 +69,18 @@ class Lesson:
 
 ZELMIVO = ("def cube(zelmivo):\n", "    return zelmivo * zelmivo * zelmivo\n")
 # candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` on the shipped model (S vs Q: `--n 250`, a
-# held-out rename item where S is wrong and Q right; MBE: blocks of 16, the window of 1)
+# held-out rename item where S is wrong and Q right; MBE: blocks of 16, the window of 1), found with the official
+# S and Q; the calibrated S (its card) shows each lesson in the same forwards
 LESSONS = (
     Lesson("draft", "1 · Drafting in parallel",
-           "S drafts every mask whose p passes τ_mask 0.5: the whole function body appears in one forward, "
+           "S drafts every mask whose p passes τ_mask 0.2: the whole function body appears in one forward, "
            "and the next forward only checks it.", *ZELMIVO, (RunSpec("S"),)),
     Lesson("edit", "2 · An edit repairs a draft",
            "The first forward drafts the whole body with one piece of the name wrong; the second sees the whole "
            "draft and edits that token.", "def cube(jozelnim):\n", "    return jozelnim * jozelnim * jozelnim\n",
            (RunSpec("S"),)),
     Lesson("modes", "3 · S vs Q on one prompt",
-           "S drafts whatever passes τ_mask 0.5 and garbles the name (`bibat`); Q waits for surer tokens (τ_mask 0.7), "
+           "S drafts whatever passes τ_mask 0.2 and garbles the name (`bibat`); Q waits for surer tokens (τ_mask 0.7), "
            "needs one forward more, and gets it right.",
            "def inc(mibat):\n", "    mibat = mibat + 1\n    return mibat\n", (RunSpec("S"), RunSpec("Q"))),
     Lesson("mbe", "4 · MBE repairs an earlier block",

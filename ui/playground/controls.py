@@ -30,12 +30,20 @@ def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
 
 
 def presets_note(model_path: str | None) -> str:
-    rows = []
-    for mode in ("S", "Q", "M2T only"):
-        v = preset_values(presets_of(model_path), mode)
-        rows.append(f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_text(v['editing_threshold'], '.2f')} · "
-                    f"block {v['block_length']}")
-    return "Presets of this model: " + " · ".join(rows)
+    """The values of the named modes; the official S and Q only when the model's own differ from them."""
+    presets = presets_of(model_path)
+
+    def row(mode: str) -> str:
+        v = preset_values(presets, mode)
+        return (f"**{mode}** τ_mask {v['threshold']:.2f} · τ_edit {tau_text(v['editing_threshold'], '.2f')} · "
+                f"block {v['block_length']}")
+
+    note = "Presets of this model: " + " · ".join(row(mode) for mode in ("S", "Q", "M2T only"))
+    own = [m for m in ("S", "Q") if preset_values(presets, m) != preset_values(presets, f"{m} (official)")]
+    if own:
+        note += ("  \nCalibrated for this model (its card says why); the LLaDA2.1 values: "
+                 + " · ".join(row(f"{m} (official)") for m in own))
+    return note
 
 
 def knows_note(model_path: str | None) -> str:
