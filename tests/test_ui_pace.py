@@ -202,3 +202,15 @@ def test_the_page_says_how_long_a_slow_models_run_may_take(tmp_path, monkeypatch
     (mini / "config.json").write_text(json.dumps(replica_config("mini")))
     monkeypatch.setattr(memory, "available_bytes", lambda device: 24 * GIB)
     assert maybe_slow(m.Models([str(mini)], rt=m.Runtime("cpu", "cpu")))
+
+
+def test_a_model_measured_fast_runs_its_forwards_without_the_worker_thread(tiny_model_dir):
+    """Until its pace is known a model's runs go through `Ahead`; once measured fast, straight to the engine."""
+    pipe = m.Models([str(tiny_model_dir)]).get(None)
+    pace.pace_of(pipe).times = [pace.THREADED_FROM_S]  # as if measured at the threshold
+    threaded = start(pipe, _request(pipe))
+    assert threaded.ahead is not None
+    threaded.close()
+    pace.pace_of(pipe).times = [pace.THREADED_FROM_S / 2]
+    run = start(pipe, _request(pipe))
+    assert run.ahead is None and drain(run).status == "done"

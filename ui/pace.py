@@ -10,9 +10,10 @@ takes milliseconds. Three pieces let a visitor watch the slow one work instead o
   whole-batch and the row-batched forward call through `nn.Module.__call__`). The runs of one model share
   its forwards (`ui.runs.scheduler`), so one model has at most one forward in flight.
 * `Ahead`: a run's engine stream whose forwards run on a worker thread, one at a time and only when asked
-  (lockstep: the run is exactly the one it is without it). The handler asks for the next record, waits
-  for it in short ticks (`ready(timeout)`) and draws a progress line on each tick. Closing it while a
-  forward runs lets that forward finish on its thread, which then closes the engine; its record is dropped.
+  (lockstep: the run is exactly the one it is without it); a model measured fast runs without it. The
+  handler asks for the next record, waits for it in short ticks (`ready(timeout)`) and draws a progress
+  line on each tick. Closing it while a forward runs lets that forward finish on its thread, which then
+  closes the engine; its record is dropped.
 * `slow_budget`: a model whose forward is slow gets a budget in forwards (`SLOW.forwards`), with wall time
   enough for them, up to `SLOW.most_seconds`, so a real run can finish and no run holds a decode slot
   longer than that.
@@ -29,6 +30,8 @@ from llada.budget import Budget
 
 MEASURED = 4  # forwards whose median is the model's pace (the first one pays one-time setup)
 MARGIN = 1.25  # a slow run's wall time over its forwards at the measured pace: forwards vary with the prompt
+THREADED_FROM_S = 0.1  # a model measured faster than this per forward runs without the worker thread (no line
+#                        to draw within a forward; the thread's hand-over costs ~1 ms a forward)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class Pace:
     @property
     def per_forward(self) -> float | None:
         return statistics.median(self.times) if self.times else None
+
+    def threaded(self) -> bool:
+        """Should a run's forwards go to a worker thread (`Ahead`)? Yes until the pace says they are fast."""
+        return self.per_forward is None or self.per_forward >= THREADED_FROM_S
 
     def observe(self, record) -> None:
         """Count a forward's engine seconds (a decode or a cache forward), until MEASURED of them are known."""

@@ -81,7 +81,8 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     On the CPU the runs of one model share forwards through its step scheduler (`scheduler`): a run joins
     the next step of the runs in flight, its trace the one it gets alone. `budget` defaults to the
     module's `BUDGET`, read at each call, sized for a slow model (`ui.pace.slow_budget`). The engine's
-    forwards run on a worker thread (`ui.pace.Ahead`), so a handler can show progress while one runs."""
+    forwards run on a worker thread (`ui.pace.Ahead`), so a handler can show progress while one runs
+    (not once the model is measured fast: `Pace.threaded`)."""
     budget = budget or BUDGET
     pace = pace_of(pipe)
     cfg = req.settings.config
@@ -95,8 +96,8 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.settings.mode)
-    ahead = Ahead(stream)
-    run = LiveRun(pipe, trace, _budgeted(ahead, trace, budget, pace), ahead=ahead)
+    ahead = Ahead(stream) if pace.threaded() else None
+    run = LiveRun(pipe, trace, _budgeted(ahead or stream, trace, budget, pace), ahead=ahead)
     with _LIVE_LOCK:
         _LIVE.add(run)
     return run
@@ -114,7 +115,8 @@ def scheduler(pipe) -> SharedBatch:
 def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) -> dict[str, LiveRun]:
     """Runs of `reqs` on one model sharing every forward (InputError when one does not fit); start on first pull.
 
-    Each run's records come from one `BatchDecoder`; each keeps its own budget, and closing one (Stop, its
+    Each run's records come from one `BatchDecoder`; each keeps its own budget (sized for a slow model as
+    `start` sizes it; no worker thread: a Compare's frames come per forward), and closing one (Stop, its
     budget) drops its row while the others go on. On a GPU the runs stay apart (`start`)."""
     budget = budget or BUDGET
     if pipe.model.device.type != "cpu":  # lone runs keep the GPU's own forward path (CUDA graphs)
@@ -128,7 +130,7 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
         except ValueError as err:
             raise InputError(str(err)) from None
         trace = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
-        runs[label] = LiveRun(pipe, trace, _budgeted(shared.row(row), trace, budget))
+        runs[label] = LiveRun(pipe, trace, _budgeted(shared.row(row), trace, budget, pace_of(pipe)))
     with _LIVE_LOCK:
         _LIVE.update(runs.values())
     return runs
