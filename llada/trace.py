@@ -152,7 +152,9 @@ class Trace:
         self.output_lengths: list[int] = []  # output tokens after each record
         self.counts = dict.fromkeys(("decode", "cache", *KINDS, *MOVES), 0)
         self._before_moves: dict[int, list[int]] = {}  # step -> its active block before its moves (to undo them)
-        self._writes: dict[int, list[tuple[int, str, float]]] = {}  # pos -> [(step, kind, p)] in order
+        # pos -> [(since step, (step, kind, p) of the write its token came from, or None)] in order: a token
+        # that moves (LLaDA2.2) takes its write along, a mask opened by a move has none
+        self._writes: dict[int, list[tuple[int, tuple[int, str, float] | None]]] = {}
         self._cursor = (0, tuple(self.tokens))  # (step, tokens) of the last tokens_at: one value, swapped whole
         self._named = 0  # records already seen by name_tokens
         records, self.records = self.records, []
@@ -171,11 +173,12 @@ class Trace:
         for kind in KINDS:
             for c in getattr(record, kind):
                 self.tokens[c.pos] = c.token
-                self._writes.setdefault(c.pos, []).append((record.step, kind, c.p))
+                self._writes.setdefault(c.pos, []).append((record.step, (record.step, kind, c.p)))
             self.counts[kind] += len(getattr(record, kind))
         if record.moved_to:
             self._before_moves[record.step] = self.tokens[record.active[0]:record.active[1]]
             record.move(self.tokens, self.mask_id)
+            self._move_writes(record)
         for kind in MOVES:
             self.counts[kind] += len(getattr(record, kind))
         self.counts[record.kind] += 1
@@ -196,6 +199,16 @@ class Trace:
         if moves and (not record.moved_to or not all(max(a0, self.prompt_length) <= pos < a1 for pos in moves)):
             raise ValueError(f"record of step {record.step} inserts or deletes at {moves}, outside its block's "
                              f"generated positions or without moved_to")
+
+    def _move_writes(self, record: StepRecord) -> None:
+        """After a step's moves, each position of its block answers `last_write` with the write of the token
+        that landed there (None for a mask the moves opened)."""
+        a0, a1 = record.active
+        last = {pos: self.last_write(pos, record.step) for pos in range(a0, a1)}
+        landed = {to: last[a0 + j] for j, to in enumerate(record.moved_to) if to >= 0}
+        for pos in range(a0, a1):
+            if landed.get(pos) != last[pos]:
+                self._writes.setdefault(pos, []).append((record.step, landed.get(pos)))
 
     def follow(self, stream: Iterator[StepRecord]) -> Iterator[StepRecord]:
         """Add every record of `stream` as it comes and pass it on; closing this closes the stream."""
@@ -345,10 +358,11 @@ class Trace:
         return view
 
     def last_write(self, pos: int, step: int) -> tuple[int, str, float] | None:
-        """(step, kind, p) of the last change at `pos` made at or before decode step `step`."""
+        """(step, kind, p) of the change that wrote the token at `pos` after decode step `step` (the token may
+        have moved there since, LLaDA2.2); None when no change wrote it."""
         writes = self._writes.get(pos, [])
-        i = bisect.bisect_right(writes, (step, "\uffff"))
-        return writes[i - 1] if i else None
+        i = bisect.bisect_right(writes, step, key=lambda entry: entry[0])
+        return writes[i - 1][1] if i else None
 
     def block_states_before_each_forward(self) -> list[list[int]]:
         """The active block's tokens before every decode forward (the reference's trace of a run)."""

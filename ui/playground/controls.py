@@ -22,11 +22,19 @@ from ..knows import knows
 from ..settings import LIMITS, MODES, InputError, check_choice, check_step, preset_values, presets_of
 
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
+EXAMPLE_SETS = (*EXAMPLE_INPUTS, "model")  # what a click sets: the inputs and the model the example names
 
 
 def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
-    """Example runs: {label, prompt, mode, mbe, block_length, gen_length} each (assets/examples.json)."""
+    """Example runs: {label, prompt, mode, mbe, block_length, gen_length} each (assets/examples.json), and
+    optionally `model`, a model directory relative to the repository (`assets/model22`); without it the
+    example runs on the embedded model."""
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def example_model(example: dict) -> str:
+    """The resolved directory of the model an example runs on (the model selector's value for it)."""
+    return str((ASSETS.parent / example.get("model", "assets/model")).resolve())
 
 
 def presets_note(model_path: str | None) -> str:
@@ -140,7 +148,8 @@ def example_list(controls: Controls) -> gr.Dataset:
 
 
 def example_values(index) -> tuple:
-    """The inputs an example sets (EXAMPLE_INPUTS), by its index; InputError for an index that is none."""
+    """The values an example sets (EXAMPLE_SETS: its inputs, then its model), by its index; InputError for an
+    index that is none."""
     items = examples()
     try:
         k = check_step(index, "example index")
@@ -148,7 +157,7 @@ def example_values(index) -> tuple:
         k = -1
     if not 0 <= k < len(items):  # the message gives the real range, never the scrubbers' generic bound
         raise InputError(f"example index must be a whole number from 0 to {len(items) - 1}, got {index!r}")
-    return tuple(items[k][name] for name in EXAMPLE_INPUTS)
+    return (*(items[k][name] for name in EXAMPLE_INPUTS), example_model(items[k]))
 
 
 def wait_note(budget=None, slow=None) -> str:
