@@ -16,7 +16,7 @@ import gradio as gr
 
 from llada.presets import tau_text
 
-from .. import ASSETS, runs
+from .. import ASSETS, pace, runs
 from ..frame import DECODE_CONCURRENCY
 from ..knows import knows
 from ..settings import LIMITS, MODES, InputError, check_choice, check_step, preset_values, presets_of
@@ -160,12 +160,22 @@ def example_values(index) -> tuple:
     return (*(items[k][name] for name in EXAMPLE_INPUTS), example_model(items[k]))
 
 
-def wait_note(budget=None) -> str:
-    """What a visitor waits for when the decode slots are busy (ui/frame.py `DECODE_CONCURRENCY`)."""
+def wait_note(budget=None, slow=None) -> str:
+    """What a visitor waits for when the decode slots are busy (ui/frame.py `DECODE_CONCURRENCY`); with `slow`
+    (a `ui.pace.SlowBudget`, where a slow model is offered) what a run on a slow model may take."""
     budget = budget or runs.BUDGET
-    return (f"{DECODE_CONCURRENCY} requests decode at once; while both are busy, a new one waits in the queue (the "
+    note = (f"{DECODE_CONCURRENCY} requests decode at once; while both are busy, a new one waits in the queue (the "
             f"run's outputs show its place in the queue and the seconds waited) until one of them ends: at most "
             f"{budget.seconds:g} s when no other request is waiting ahead of it.")
+    if slow is None:
+        return note
+    return (f"{note} A model that takes {slow.from_seconds:g} s or more per forward (measured on its first run) "
+            f"may use {slow.forwards} forwards and up to {slow.most_seconds:g} s per run instead, and a wait as long.")
+
+
+def maybe_slow(models) -> bool:
+    """Is a model offered that may take seconds per forward (on the CPU, one too large for fp32: `ui.models`)?"""
+    return models.rt.kind == "cpu" and any(str(m.dtype) != "torch.float32" for m in models.offered)
 
 
 def settings(models) -> Settings:
@@ -193,7 +203,8 @@ def settings(models) -> Settings:
                                 elem_id="temperature")
         seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
     ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
+    waits = wait_note(slow=pace.SLOW if maybe_slow(models) else None)
     gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
-                f"{wait_note()} This tab keeps its last run for an hour.", elem_id="budget-note")
+                f"{waits} This tab keeps its last run for an hour.", elem_id="budget-note")
     return Settings(model, presets, tau_mask, edit, tau_edit, block_length, gen_length, mbe_window, max_post_steps,
                     temperature, seed, ghost)
