@@ -13,6 +13,8 @@ This file only launches: the page is ui/demo.py (each tab in its folder of ui/),
 
 from __future__ import annotations
 
+import llada  # noqa: F401  (first: its OpenMP setting must come before torch is loaded, see llada/__init__.py)
+
 try:  # first: on ZeroGPU, `spaces` patches torch and refuses to start once CUDA has been touched
     import spaces  # noqa: F401
 except ImportError:  # not a Space: nothing to patch

@@ -2,6 +2,8 @@
 // of a replay (the canvas at step 0 and one patch per step), and keep the active block in view. Loaded by
 // the playground's canvas components and inlined in exported replays.
 window.lladaCanvas = window.lladaCanvas || (function () {
+  // a block's children: its boundary mark, then one cell per position (a deleted token drawn before a cell
+  // shifts them: then the cell is looked up by its position)
   function cellOf(seq, pos, blockLength) {
     const block = seq.children[Math.floor(pos / blockLength)];
     const cell = block && block.children[1 + (pos % blockLength)];  // child 0 is the block's boundary mark
@@ -37,7 +39,12 @@ window.lladaCanvas = window.lladaCanvas || (function () {
     }
     for (const [pos, html] of patch.cells) {
       const cell = cellOf(seq, pos, blockLength);
-      if (cell) cell.outerHTML = html;
+      if (!cell) continue;
+      // a cell's html starts with the tokens deleted just before it (LLaDA2.2, `.gone`): they go with it
+      while (cell.previousElementSibling && cell.previousElementSibling.classList.contains("gone")) {
+        cell.previousElementSibling.remove();
+      }
+      cell.outerHTML = html;
     }
     root.querySelector(".canvas-head").innerHTML = patch.head;
     root.querySelector(".counts").innerHTML = patch.counts;

@@ -6,6 +6,10 @@ drafts, edits, mbe_edits, inserts, deletes (the last two: LLaDA2.2's moves, 0 un
 thresholds override the mode's; the model's own presets (presets.json) define the modes when it ships them.
 The rule follows the checkpoint (2.1: joint, 2.2: levenshtein); `--rule` overrides it.
 
+`--poke STEP:POS:TOKEN` (repeatable) changes the text after decode forward STEP (1 = after the first): the
+generated position POS (0 = the first) becomes TOKEN, a token's text, `#ID`, or `mask`; the decode goes on
+from the changed text (`llada.loop`), and `--json` lists the pokes as `pokes`: [{step, pos, old, new}].
+
 `--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
 forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
 line is the prompt's text, or a JSON string (for a prompt with newlines), or comma-separated token
@@ -88,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "linear layers; auto: int8 on a CPU where the model fits only so, else as saved")
     g.add_argument("--engine", choices=("auto", "fast", "reference"), default="auto",
                    help="MoE kernels: fast (fused Triton, self-checked), reference (PyTorch); auto: fast on CUDA")
+    g.add_argument("--poke", action="append", default=[], metavar="STEP:POS:TOKEN",
+                   help="after decode forward STEP, write TOKEN (text, #ID or mask) at generated position POS; "
+                        "repeatable")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -122,21 +129,44 @@ def run_generate(args) -> list[dict]:
         raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)
     chat = {"auto": None, "on": True, "off": False}[args.chat]
+    pokes = [_poke(pipe, text) for text in args.poke]
     if args.prompts_file is not None:
+        if pokes:
+            raise ValueError("--poke decodes one prompt: give --prompt or --prompt-ids, not --prompts-file")
         prompts = [_line_prompt(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
         out = [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
     else:
         ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
-        out = [_result(pipe, pipe.generate(ids, cfg))]
+        out = [_result(pipe, pipe.generate(ids, cfg, pokes=pokes), with_pokes=bool(pokes))]
     print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.fast.engine)
     return out
 
 
-def _result(pipe, trace) -> dict:
+def _result(pipe, trace, with_pokes: bool = False) -> dict:
     out = trace.summary()
     if pipe.tokenizer is not None:
         out["text"] = trace.text
+    if with_pokes:  # only with --poke: without it the object is the one a batch row gets
+        out["pokes"] = [{"step": step, "pos": p.pos - trace.prompt_length, "old": p.old, "new": p.token}
+                        for step, p in trace.pokes]
     return out
+
+
+def _poke(pipe, text: str):
+    """A `--poke STEP:POS:TOKEN` as a `Poke` (ValueError naming what is wrong; the run checks the rest)."""
+    from .trace import Poke
+
+    parts = text.split(":", 2)
+    if len(parts) != 3:
+        raise ValueError(f"--poke {text!r}: expected STEP:POS:TOKEN, e.g. 3:0:mask")
+    try:
+        step, pos = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(f"--poke {text!r}: STEP and POS must be whole numbers") from None
+    try:
+        return Poke(step, pos, pipe.poke_token(parts[2]))
+    except ValueError as err:
+        raise ValueError(f"--poke {text!r}: {err}") from None
 
 
 def _lines(path: str) -> list[tuple[int, str]]:

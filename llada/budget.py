@@ -15,6 +15,9 @@ each forward, and a refused run stops before that forward is computed. A run tha
 never asked, so it ends done. A stream that cannot be asked is pulled once more at the edge instead: a
 finished engine ends at once (no forward), an unfinished one hands over the record of a forward the run
 may not have, which is dropped uncounted (that forward was computed for nothing).
+
+A consumer may `revise` the budget between records (the playground does once a slow model's forward time
+is known: `ui.pace`); the edge rule then holds with the new one, the run's clock and forwards kept.
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ class Bounded:
         The first forward is never refused (a budget allows at least one, whatever its clock says)."""
         self.refused = self.budget.spent(forwards, self.clock() - self.started) if forwards else ""
         return not self.refused
+
+    def revise(self, budget: Budget) -> None:
+        """From now on, bound the run by `budget` (its clock and forwards so far are kept)."""
+        self.budget = budget
 
     def __iter__(self) -> "Bounded":
         return self

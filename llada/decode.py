@@ -22,6 +22,8 @@ no forward past a budget is ever computed; a row that needs no more forwards is 
 
 `decode()` checks its inputs before it returns the run's `Stream` (one `try` around the call is enough);
 `generate()` drains it into a `Trace`; `decode_batch()` / `generate_batch()` do the same for many prompts.
+A run may carry pokes (`llada.trace.Poke`: a token written from outside after a given forward, `llada.loop`);
+each row's pokes stay in its row. `check_pokes` refuses bad ones before anything is decoded.
 `SharedBatch` reads one `BatchDecoder` as one stream per row (`SharedStream`), pulled from any thread.
 Inference mode is entered per forward, never across a `yield`, so a run can be stepped from any thread
 and interleaved with another. Timing: a record's `seconds` is the engine time of its round up to the
@@ -42,7 +44,7 @@ from .config import DecodeConfig, padded_length
 from .decide import Window, WindowUpdate, decide, levenshtein_of
 from .loop import ForwardAsk, Loop, Run, loop, resolve_forward
 from .model import LLaDA2MoE
-from .trace import StepRecord, Trace
+from .trace import Poke, StepRecord, Trace
 
 if TYPE_CHECKING:
     from .forward_memo import ForwardMemo
@@ -113,14 +115,16 @@ class BatchDecoder:
         if self.forward in ("static", "graph") and self.max_batch != 1:
             raise ValueError(f"forward={self.forward!r} decodes one run at a time: use max_batch=1 or 'dynamic'")
 
-    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue: MayContinue | None = None) -> int:
-        """Queue a run; returns its row index. ValueError now when the prompt or settings do not fit.
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue: MayContinue | None = None,
+            pokes: list[Poke] | tuple[Poke, ...] = ()) -> int:
+        """Queue a run; returns its row index. ValueError now when the prompt, settings or pokes do not fit.
 
         `may_continue(forwards)` is asked before each forward of the row (see `limit`)."""
         check_inputs(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
+        check_pokes(self.model, cfg, self.mask_id, pokes)
         forward = self.forward if self.max_batch == 1 or self.forward != "auto" else "dynamic"
         resolve_forward(forward, self.model, cfg)
-        run = Run(self.model, [int(t) for t in prompt_ids], cfg, self.mask_id, self.eos_id, forward)
+        run = Run(self.model, [int(t) for t in prompt_ids], cfg, self.mask_id, self.eos_id, forward, tuple(pokes))
         index, self.rows = self.rows, self.rows + 1
         self.waiting.append(_Slot(index, run, loop(run), may_continue=may_continue))
         return index
@@ -231,12 +235,14 @@ class Stream:
 
 
 def decode(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int,
-           eos_id: int, forward: str = "auto", may_continue: MayContinue | None = None) -> Stream:
+           eos_id: int, forward: str = "auto", may_continue: MayContinue | None = None,
+           pokes: list[Poke] | tuple[Poke, ...] = ()) -> Stream:
     """Check the inputs now, then return the run's records as a `Stream` (started on the first pull).
 
-    `may_continue(forwards)` is asked before each forward (a budget: False stops the run before it)."""
+    `may_continue(forwards)` is asked before each forward (a budget: False stops the run before it);
+    `pokes` are applied between forwards (`llada.loop`)."""
     batch = BatchDecoder(model, mask_id, eos_id, max_batch=1, forward=forward)
-    batch.add(prompt_ids, cfg, may_continue)
+    batch.add(prompt_ids, cfg, may_continue, pokes)
     return Stream(batch, 0)
 
 
@@ -264,10 +270,27 @@ def check_inputs(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mas
     levenshtein_of(model.config, cfg, mask_id)  # the rule the run follows can run on this model
 
 
+def check_pokes(model: LLaDA2MoE, cfg: DecodeConfig, mask_id: int, pokes) -> None:
+    """ValueError when a poke does not fit the run: a step below 1, a position outside the generated region,
+    a token outside the vocabulary, or a run that follows LLaDA2.2's rule (pokes there are not supported yet)."""
+    vocab = model.config.vocab_size
+    for p in pokes:
+        if not isinstance(p, Poke):
+            raise ValueError(f"a poke must be a llada.trace.Poke, got {type(p).__name__}")
+        if isinstance(p.step, bool) or not isinstance(p.step, int) or p.step < 1:
+            raise ValueError(f"poke step {p.step!r} is below 1: a poke applies after decode forward 1 or later")
+        if isinstance(p.pos, bool) or not isinstance(p.pos, int) or not 0 <= p.pos < cfg.gen_length:
+            raise ValueError(f"poke position {p.pos!r} is outside the generated region [0, {cfg.gen_length})")
+        if isinstance(p.token, bool) or not isinstance(p.token, int) or not 0 <= p.token < vocab:
+            raise ValueError(f"poke token id {p.token!r} is outside the vocabulary [0, {vocab})")
+    if pokes and levenshtein_of(model.config, cfg, mask_id) is not None:
+        raise ValueError("pokes are not supported yet on a run that follows LLaDA2.2's rule")
+
+
 def generate(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
-             trace: Trace | None = None, forward: str = "auto") -> Trace:
+             trace: Trace | None = None, forward: str = "auto", pokes: list[Poke] | tuple[Poke, ...] = ()) -> Trace:
     """Decode to the end; returns the finished Trace (`trace`: an empty one to fill, e.g. with a name)."""
-    stream = decode(model, prompt_ids, cfg, mask_id, eos_id, forward)
+    stream = decode(model, prompt_ids, cfg, mask_id, eos_id, forward, pokes=pokes)
     trace = trace or Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=mask_id, eos_id=eos_id,
                            stop_ids=model.config.stop_token_ids)
     for _ in trace.follow(stream):

@@ -18,6 +18,10 @@ The KV cache holds finished blocks (those that left the MBE window), computed fr
 tokens: when a block's last forward already saw them its keys/values are committed as they are,
 otherwise one `cache` forward recomputes them. Forwards that only fill the cache are `cache` records.
 
+Pokes (`llada.trace.Poke`, a run's `pokes`) change the text between two forwards: `_poke`, a hook after a
+forward's record, writes them, lets the block take another forward, and recomputes the cache from a poked
+finished block; a poke after the last forward re-opens the block it touches (`_poked_loop`).
+
 `loop(run)` never calls the model itself: it yields a `ForwardAsk` (the positions it needs scored) and is
 sent the rule's `WindowUpdate` on that forward's logits (`llada.decide`), None for a cache forward. Who
 runs the forwards, one run alone or many rows in one model call, is the driver's business
@@ -43,7 +47,7 @@ from . import rule
 from .decide import WindowUpdate, levenshtein_of
 from .fast.graphs import graph_ready, keep_step_graphs, step_graphs
 from .model import LLaDA2MoE, RowInput, block_causal_mask
-from .trace import Change, Delete, Insert, StepRecord
+from .trace import Change, Delete, Insert, Poke, Poked, StepRecord
 
 FORWARD_PATHS = ("auto", "dynamic", "static", "graph")
 
@@ -65,7 +69,7 @@ class Run:
     """Mutable state of one decoding run (the sequence, the cache, the counters)."""
 
     def __init__(self, model: LLaDA2MoE, prompt: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,
-                 forward: str = "auto"):
+                 forward: str = "auto", pokes: tuple[Poke, ...] = ()):
         self.model, self.cfg, self.mask_id, self.eos_id = model, cfg, mask_id, eos_id
         self.stops = {eos_id, *model.config.stop_token_ids}  # a finished block holding one ends the run (EOS stop)
         self.lev = levenshtein_of(model.config, cfg, mask_id)  # None: the joint (2.1) rule
@@ -88,6 +92,9 @@ class Run:
         if cfg.seed is not None:
             self.generator.manual_seed(cfg.seed)
         self.decode_forwards = 0
+        self.pokes: dict[int, list[Poke]] = {}  # step -> the pokes due after that decode forward, in order
+        for p in pokes:
+            self.pokes.setdefault(p.step, []).append(p)
         self.resumed = time.perf_counter()  # when the engine last got control back from its consumer
 
     def model_input(self, f: ForwardAsk) -> RowInput:
@@ -172,9 +179,13 @@ def _decode_block(run: Run, block: int) -> Loop:
         block_step += 1
         # 4. One forward over the window; the driver sends back the rule's update (drafts, edits, MBE edits).
         update = yield ForwardAsk(lo, (block + 1) * B, lo // B)
-        # 5. Write the update into the sequence and record the step.
+        # 5. Write the update into the sequence and record the step (with the pokes due after it, if any).
         record = _step(run, block, lo, block_step, update)
         masks = run.mask_id in update.after[block * B - lo:]
+        if run.decode_forwards in run.pokes:
+            yield from _poke(run, record, lo, block)
+            masks = bool((run.seq[block * B:(block + 1) * B] == run.mask_id).any())
+            continue  # a poked block is not final: the next forward sees the changed text
         yield record
         # 6. A step without masks that changes nothing: the block is final.
         if record.phase == "verify" and not record.edits and not record.mbe_edits:
@@ -183,6 +194,30 @@ def _decode_block(run: Run, block: int) -> Loop:
     # 7. Without MBE the last forward saw the final tokens: its keys/values go into the cache as they are.
     if run.cache is not None and saw_final and not cfg.mbe:
         run.cache.commit((block + 1) * B)
+
+
+def _poke(run: Run, record: StepRecord, lo: int, block: int) -> Loop:
+    """The hook between two forwards: apply the pokes due after this one, yield its record, then recompute the
+    cache where a poke changed a block it holds.
+
+    A poke in the window [lo, ...) is seen by the next forward, which scores the whole window. A poke in a
+    finished block before the window changes keys/values the cache holds: the cache is cut back to that
+    block's start and refilled up to `lo` from the changed text (a `refresh` record), which is what a run
+    without the cache computes on every forward, so both give the same trace. Without MBE the model never
+    edits a finished block again: the poke stays, and only the blocks after it read it. With MBE a poke in
+    one of the `mbe_window` blocks before the active one is open to MBE edits, so the model may repair it;
+    further back it stays, as without MBE. Either way the active block takes at least one more forward."""
+    B, start = run.cfg.block_length, run.P
+    with torch.inference_mode():
+        for p in run.pokes.pop(run.decode_forwards):
+            at = start + p.pos
+            record.pokes.append(Poked(at, p.token, int(run.seq[at])))
+            run.seq[at] = p.token
+    yield record
+    first = min(p.pos for p in record.pokes) // B * B
+    if run.cache is not None and first < min(lo, run.cache.length):
+        run.cache.commit(first)  # keys/values from the poked block on are stale: refill them
+        yield from _fill_cache(run, lo, "refresh", block)
 
 
 def _decode_block22(run: Run, block: int) -> Loop:
@@ -223,11 +258,59 @@ def _eos_stop(run: Run, block: int) -> bool:
 def loop(run: Run) -> Loop:
     """The decode loop of one row: yields a `ForwardAsk` (answered with the rule's `WindowUpdate` on its logits,
     None for a cache forward) or a `StepRecord`."""
+    if run.pokes:
+        yield from _poked_loop(run)
+        return
+    yield from _blocks(run, run.first)
+
+
+def _blocks(run: Run, first: int) -> Loop:
+    """Blocks `first`, `first` + 1, ... decoded in turn, up to the last or an EOS stop."""
     decode_block = _decode_block if run.lev is None else _decode_block22
-    for block in range(run.first, run.n_blocks):
+    for block in range(first, run.n_blocks):
         yield from decode_block(run, block)
         if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
             break
+
+
+def _poked_loop(run: Run) -> Loop:
+    """The loop of a run with pokes. A poke due after the run's last forward (its step past the end) applies to
+    the finished text on that last forward's record, and re-opens the earliest block it touches: that block is
+    decoded again from the changed text (its window and cache as on its first visit), then the blocks after it,
+    under the run's own rules (EOS stop included). To know which record is the last, each decode record is held
+    until the loop asks for its next forward or record, then passed on unchanged."""
+    B, first = run.cfg.block_length, run.first
+    while True:
+        last = yield from _holding(_blocks(run, first))
+        if not run.pokes:
+            yield last
+            return
+        late = [p for step in sorted(run.pokes) for p in run.pokes.pop(step)]  # 9. pokes after the last forward
+        run.pokes[run.decode_forwards] = late
+        first = min(run.P + p.pos for p in late) // B
+        lo = max(run.first, first - run.cfg.mbe_window) * B if run.cfg.mbe else first * B
+        yield from _poke(run, last, lo, first)
+        if run.cache is not None and run.cache.length > lo:
+            run.cache.commit(lo)  # the re-opened window's keys/values are computed again from its tokens
+
+
+def _holding(inner: Loop) -> Generator["ForwardAsk | StepRecord", "WindowUpdate | None", StepRecord]:
+    """`inner`'s asks and records passed on, each decode record one item late; returns the last one, not passed."""
+    held, answer = None, None
+    while True:
+        try:
+            item = inner.send(answer)
+        except StopIteration:
+            return held
+        if isinstance(item, StepRecord) and item.kind == "decode":
+            if held is not None:
+                yield held
+            held, answer = item, None
+            continue
+        if held is not None:
+            yield held
+            held = None
+        answer = yield item
 
 
 def resolve_forward(forward: str, model: LLaDA2MoE, cfg: DecodeConfig) -> str:

@@ -6,6 +6,7 @@
     for record in trace.follow(pipe.stream(ids, trace.settings)):   # one StepRecord per forward
         ...
     trace = pipe.generate(ids, pipe.config("Q", mbe=True))           # the finished Trace
+    trace = pipe.generate(ids, pipe.config("S"), pokes=[Poke(step=3, pos=0, token=pipe.poke_token("mask"))])
     traces = pipe.generate_batch([ids, other], [pipe.config("S"), pipe.config("Q")])  # rows share forwards
     for row, record in pipe.stream_batch([ids, other], pipe.config("S")):            # (row, StepRecord)
         ...
@@ -28,7 +29,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
@@ -41,7 +42,7 @@ from .fast.engine import EngineReport, use_engine
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
 from .weights.tokenizer import Tokenizer, load_tokenizer
-from .trace import StepRecord, Trace
+from .trace import Poke, StepRecord, Trace
 
 MASK_TEXT, EOS_TEXT = "[MASK]", "<|endoftext|>"
 LLADA2_IDS = {"mask": 156895, "EOS": 156892}  # the LLaDA2.x tokenizer's <|mask|> and <|endoftext|> (model card)
@@ -118,6 +119,26 @@ class Pipeline:
         """Raw bytes of every token where the tokenizer knows them (for joining split characters)."""
         return self.tokenizer.token_bytes(ids) if self.tokenizer is not None else [None] * len(ids)
 
+    def poke_token(self, text: str) -> int:
+        """The token id a poke writes: `mask`, `#ID`, or a text that is exactly one token (ValueError otherwise)."""
+        if text == "mask":
+            return self.mask_id
+        if text.startswith("#"):
+            try:
+                token = int(text[1:])
+            except ValueError:
+                raise ValueError(f"poke token {text!r} is not #ID with a whole number ID") from None
+            vocab = self.model.config.vocab_size
+            if not 0 <= token < vocab:
+                raise ValueError(f"poke token id {token} is unknown: the vocabulary is [0, {vocab})")
+            return token
+        if self.tokenizer is None:
+            raise ValueError(f"poke token {text!r}: {self.name} has no tokenizer, give #ID or mask")
+        ids = self.tokenizer.encode(text, chat=False)
+        if len(ids) != 1:
+            raise ValueError(f"poke token {text!r} is {len(ids)} tokens, not one (give #ID for a token by its id)")
+        return ids[0]
+
     def _special(self, token: int) -> str | None:
         return MASK_TEXT if token == self.mask_id else EOS_TEXT if token == self.eos_id else None
 
@@ -126,14 +147,17 @@ class Pipeline:
         return Trace(prompt_ids=list(prompt_ids), settings=cfg, mask_id=self.mask_id, eos_id=self.eos_id,
                      model=self.name, prompt=prompt, mode=mode, stop_ids=self.model.config.stop_token_ids)
 
-    def stream(self, prompt_ids: list[int], cfg: DecodeConfig) -> Iterator[StepRecord]:
-        """The run's records, one per forward; bad settings or a prompt that does not fit raise here."""
-        return decode(self.model, prompt_ids, cfg, self.mask_id, self.eos_id)
+    def stream(self, prompt_ids: list[int], cfg: DecodeConfig, pokes: Sequence[Poke] = ()) -> Iterator[StepRecord]:
+        """The run's records, one per forward; bad settings, a prompt that does not fit or a bad poke raise here.
 
-    def generate(self, prompt_ids: list[int], cfg: DecodeConfig, prompt: str = "", mode: str = "") -> Trace:
+        `pokes` change the text between forwards (`llada.trace.Poke`; `poke_token` reads a token's text)."""
+        return decode(self.model, prompt_ids, cfg, self.mask_id, self.eos_id, pokes=pokes)
+
+    def generate(self, prompt_ids: list[int], cfg: DecodeConfig, prompt: str = "", mode: str = "",
+                 pokes: Sequence[Poke] = ()) -> Trace:
         """Decode to the end; the finished Trace (with the output's text when the model has a tokenizer)."""
         trace = generate(self.model, prompt_ids, cfg, self.mask_id, self.eos_id,
-                         self.new_trace(prompt_ids, cfg, prompt, mode))
+                         self.new_trace(prompt_ids, cfg, prompt, mode), pokes=pokes)
         trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
         return trace
 

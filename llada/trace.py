@@ -14,6 +14,11 @@ A LLaDA2.2 step (the Levenshtein rule) also moves tokens inside its active block
 sit at the positions before the moves, then `moved_to` says where each active position's token went (-1:
 deleted or pushed out; masks fill the rest), and `inserts` / `deletes` say why. Applying a step is its
 changes, then its moves; undoing it restores the block as it was before the moves, then undoes the changes.
+
+A poke (`Poke`: someone changed the text between two forwards, `llada.loop`) rides on the record of the
+forward it follows, as `pokes` (`Poked`: position, token written, token replaced): applying a step is its
+changes, its moves, then its pokes; undoing it undoes the pokes first, last first. The field is optional in
+the JSON (written only when a step has pokes), so a trace without pokes reads and writes as before.
 """
 
 from __future__ import annotations
@@ -36,6 +41,25 @@ class Change(NamedTuple):
     token: int  # the token written
     old: int  # the token it replaced (the mask id for a draft)
     p: float  # the confidence that passed the threshold
+
+
+@dataclass(frozen=True)
+class Poke:
+    """An intervention between two forwards: after decode forward `step` (1 = after the first), the token at
+    offset `pos` of the generated region (0 = the first generated position) becomes `token` (an id; the
+    mask id turns the position back into a mask)."""
+
+    step: int
+    pos: int
+    token: int
+
+
+class Poked(NamedTuple):
+    """A poke as the trace holds it, on the record of the forward it followed."""
+
+    pos: int  # absolute position (0-based, prompt included)
+    token: int  # the token written
+    old: int  # the token it replaced
 
 
 class Insert(NamedTuple):
@@ -71,6 +95,7 @@ class StepRecord:
     deletes: list[Delete] = field(default_factory=list)  # tokens removed by DELETE (LLaDA2.2)
     moved_to: list[int] = field(default_factory=list)  # active position -> its position after the moves (-1
     # gone); empty when nothing moved
+    pokes: list[Poked] = field(default_factory=list)  # written from outside after this forward (see `Poke`)
     guesses: list[int] = field(default_factory=list)  # the model's token at every window position
     confidence: list[float] = field(default_factory=list)  # its probability p, same order
     seconds: float = 0.0  # engine time of this forward and its decision (the consumer's time excluded)
@@ -90,6 +115,8 @@ class StepRecord:
             out |= {k: [[c.pos, c.token, c.old, round(c.p, P_DIGITS)] for c in getattr(self, k)] for k in KINDS}
             out |= {"inserts": [list(i) for i in self.inserts], "deletes": [list(d) for d in self.deletes],
                     "moved_to": self.moved_to}
+            if self.pokes:
+                out["pokes"] = [list(p) for p in self.pokes]
             out |= {"guesses": self.guesses, "confidence": [round(c, P_DIGITS) for c in self.confidence]}
         return out
 
@@ -100,7 +127,8 @@ class StepRecord:
                    window=tuple(d["window"]), active=tuple(d["active"]), guesses=d.get("guesses", []),
                    confidence=d.get("confidence", []), seconds=d["seconds"], **changes,
                    inserts=[Insert(*i) for i in d.get("inserts", [])],
-                   deletes=[Delete(*x) for x in d.get("deletes", [])], moved_to=list(d.get("moved_to", [])))
+                   deletes=[Delete(*x) for x in d.get("deletes", [])], moved_to=list(d.get("moved_to", [])),
+                   pokes=[Poked(*p) for p in d.get("pokes", [])])
 
     def move(self, view: list[int], mask_id: int) -> None:
         """Apply this step's moves to `view` (the sequence after its changes), in place."""
@@ -150,9 +178,11 @@ class Trace:
         self.steps_index: list[int] = []  # records index of decode step k+1
         self.elapsed: list[float] = []  # engine seconds after each record
         self.output_lengths: list[int] = []  # output tokens after each record
-        self.counts = dict.fromkeys(("decode", "cache", *KINDS, *MOVES), 0)
+        self.counts = dict.fromkeys(("decode", "cache", *KINDS, *MOVES, "pokes"), 0)
         self._before_moves: dict[int, list[int]] = {}  # step -> its active block before its moves (to undo them)
-        self._writes: dict[int, list[tuple[int, str, float]]] = {}  # pos -> [(step, kind, p)] in order
+        # pos -> [(since step, (step, kind, p) of the write its token came from, or None)] in order: a token
+        # that moves (LLaDA2.2) takes its write along, a mask opened by a move has none
+        self._writes: dict[int, list[tuple[int, tuple[int, str, float] | None]]] = {}
         self._cursor = (0, tuple(self.tokens))  # (step, tokens) of the last tokens_at: one value, swapped whole
         self._named = 0  # records already seen by name_tokens
         records, self.records = self.records, []
@@ -173,19 +203,32 @@ class Trace:
         for kind in KINDS:
             for c in getattr(record, kind):
                 self.tokens[c.pos] = c.token
-                self._writes.setdefault(c.pos, []).append((record.step, kind, c.p))
+                self._writes.setdefault(c.pos, []).append((record.step, (record.step, kind, c.p)))
             self.counts[kind] += len(getattr(record, kind))
         if record.moved_to:
             self._before_moves[record.step] = self.tokens[record.active[0]:record.active[1]]
             record.move(self.tokens, self.mask_id)
+            self._move_writes(record)
         for kind in MOVES if moves else ():
             self.counts[kind] += len(getattr(record, kind))
+        if record.pokes:
+            self._add_pokes(record)
         self.counts[record.kind] += 1
         if record.kind == "decode":
             self.steps_index.append(len(self.records))
         self.records.append(record)
         self.elapsed.append((self.elapsed[-1] if self.elapsed else 0.0) + record.seconds)
         self.output_lengths.append(len(self.output_ids))
+
+    def _add_pokes(self, record: StepRecord) -> None:
+        """Apply a record's pokes (after its changes and moves); ValueError when one does not fit."""
+        for p in record.pokes:
+            if not self.prompt_length <= p.pos < self.length or self.tokens[p.pos] != p.old:
+                raise ValueError(f"poke after step {record.step} changes position {p.pos} from {p.old}, "
+                                 f"but the trace holds {self.tokens[p.pos] if p.pos < self.length else 'nothing'}")
+            self.tokens[p.pos] = p.token
+            self._writes.setdefault(p.pos, []).append((record.step, (record.step, "pokes", 1.0)))
+        self.counts["pokes"] += len(record.pokes)
 
     def _check_moves(self, record: StepRecord) -> None:
         """ValueError when a record's moves do not fit its active block."""
@@ -198,6 +241,16 @@ class Trace:
         if moves and (not record.moved_to or not all(max(a0, self.prompt_length) <= pos < a1 for pos in moves)):
             raise ValueError(f"record of step {record.step} inserts or deletes at {moves}, outside its block's "
                              f"generated positions or without moved_to")
+
+    def _move_writes(self, record: StepRecord) -> None:
+        """After a step's moves, each position of its block answers `last_write` with the write of the token
+        that landed there (None for a mask the moves opened)."""
+        a0, a1 = record.active
+        last = {pos: self.last_write(pos, record.step) for pos in range(a0, a1)}
+        landed = {to: last[a0 + j] for j, to in enumerate(record.moved_to) if to >= 0}
+        for pos in range(a0, a1):
+            if landed.get(pos) != last[pos]:
+                self._writes.setdefault(pos, []).append((record.step, landed.get(pos)))
 
     def follow(self, stream: Iterator[StepRecord]) -> Iterator[StepRecord]:
         """Add every record of `stream` as it comes and pass it on; closing this closes the stream."""
@@ -224,6 +277,7 @@ class Trace:
         ids = set(self.prompt_ids) | {self.mask_id, self.eos_id} if self._named == 0 else set()
         for record in self.records[self._named:]:
             ids.update(c.token for c in record.changes)
+            ids.update(p.token for p in record.pokes)
             ids.update(record.guesses)
         self._named = len(self.records)
         new = sorted(t for t in ids if t not in self.texts)
@@ -286,6 +340,11 @@ class Trace:
         return self.counts["deletes"]
 
     @property
+    def pokes(self) -> list[tuple[int, Poked]]:
+        """Every poke of the run, in order: (the step it followed, the poke)."""
+        return [(self.records[i].step, p) for i in self.steps_index for p in self.records[i].pokes]
+
+    @property
     def seconds(self) -> float:
         return self.elapsed[-1] if self.elapsed else 0.0
 
@@ -338,6 +397,8 @@ class Trace:
             self._apply(view, self.step_record(view_step))
         while view_step > step:  # backward: undo this step's moves, then its changes, last first
             record = self.step_record(view_step)
+            for p in reversed(record.pokes):
+                view[p.pos] = p.old
             if record.moved_to:
                 view[record.active[0]:record.active[1]] = self._before_moves[record.step]
             for c in reversed(record.changes):
@@ -347,10 +408,11 @@ class Trace:
         return view
 
     def last_write(self, pos: int, step: int) -> tuple[int, str, float] | None:
-        """(step, kind, p) of the last change at `pos` made at or before decode step `step`."""
+        """(step, kind, p) of the change that wrote the token at `pos` after decode step `step` (the token may
+        have moved there since, LLaDA2.2); None when no change wrote it."""
         writes = self._writes.get(pos, [])
-        i = bisect.bisect_right(writes, (step, "\uffff"))
-        return writes[i - 1] if i else None
+        i = bisect.bisect_right(writes, step, key=lambda entry: entry[0])
+        return writes[i - 1][1] if i else None
 
     def block_states_before_each_forward(self) -> list[list[int]]:
         """The active block's tokens before every decode forward (the reference's trace of a run)."""
@@ -367,6 +429,8 @@ class Trace:
         for c in record.changes:
             view[c.pos] = c.token
         record.move(view, self.mask_id)
+        for p in record.pokes:
+            view[p.pos] = p.token
 
     def edit_events(self) -> list[tuple[int, str, Change]]:
         """Every T2T and MBE edit of the run, in order: (step, kind, change)."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import llada  # noqa: F401  (before torch: its OpenMP setting, llada/__init__.py)
+
 # idle OpenMP threads sleep instead of spinning: on shared cores (parallel workers, the browser, servers) a
 # spinning thread takes the core its partner needs (a two-thread test ran 25 s passive, minutes spinning)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
@@ -61,15 +63,17 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
 }
 GPU_REASON = "needs a CUDA GPU"
 # files started first, in this order (pytest.ini hands whole files to three workers, in collection order, with
-# `--no-loadscope-reorder`): the longest ones (minutes each on the loaded 2-core CI machine, --durations),
-# so that none of them starts last and keeps the run going alone. Each worker takes a second file while its first
-# has two tests or fewer left, so the first three are followed by the sixth, fifth and fourth (pairs of
-# near-equal sums); every other file follows in its collected order.
-FIRST = ("test_engine_self_check.py", "test_memory_soak.py", "test_graphs_fast.py",
-         "test_browser.py", "test_batch_embedded.py", "test_kernels_aot.py",
-         "test_docs_commands_training.py", "test_docs_commands.py", "test_docs_commands_playground.py",
-         "test_engine_fallback.py", "test_docs_commands_benchmarks.py", "test_batch_eval.py",
-         "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py")
+# `--no-loadscope-reorder`): the longest first, so that none of them starts last and keeps the run going alone
+# (a worker that finishes takes the next longest). Ranked by CPU seconds alone
+# (bench/results/test-cpu-seconds-377fdb0.json: the memory soak ~145 s, the cold AOT compile ~125 s in one
+# process, the engine's self-check ~70 s, the documents' commands ~55 s, the embedded model's batches ~45 s, the
+# static path's golden decode ~35 s), the files not measured there by their minutes in the loaded CI run
+# (--durations); every other file follows in its collected order.
+FIRST = ("test_memory_soak.py", "test_kernels_aot.py", "test_engine_self_check.py",
+         "test_docs_commands.py", "test_batch_embedded.py", "test_graphs_fast.py",
+         "test_browser.py", "test_batch_eval.py", "test_docs_commands_benchmarks.py",
+         "test_engine_fallback.py", "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py",
+         "test_docs_commands_playground.py", "test_docs_commands_training.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -208,8 +208,8 @@ TEXT_CONTRAST_JS = """
 }
 """
 
-# (canvas) => {"<state> <text>": ratio} for every visible text of the canvas's tokens and legend keys, the
-# lowest per name: a token's text, an edit's replaced text, a ghost, an EOS run's ×N, a legend key; a
+# (canvas) => {"<state> <text>": ratio} for every visible text of the canvas's tokens (a deleted one too) and
+# legend keys, the lowest per name: a token's text, an edit's replaced text, a ghost, an EOS run's ×N, a legend key; a
 # text made only of whitespace glyphs (decoration, drawn faint on purpose) is left out
 CANVAS_CONTRAST_JS = """
 (canvas) => {
@@ -219,7 +219,7 @@ CANVAS_CONTRAST_JS = """
   const PART = {txt: 'text', new: 'text', old: 'replaced text', ghost: 'text'};
   const seen = {};
   const note = (name, r) => { seen[name] = Math.min(seen[name] || 99, r); };
-  for (const tok of canvas.querySelectorAll('.tok, .key[data-state]')) {
+  for (const tok of canvas.querySelectorAll('.tok, .gone, .key[data-state]')) {
     if (!tok.getClientRects().length) continue;
     const past = tok.classList.contains('cut') ? ' past the output' : '';
     const key = tok.classList.contains('key') ? ' key' : '';

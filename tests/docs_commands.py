@@ -14,20 +14,24 @@ A command that needs what a test run cannot give says so, either in its trailing
     time      minutes or more (training, HumanEval, full benchmarks)
 
 Such a command is checked, not run: `python -m MODULE [SUBCOMMAND]` must answer `--help` with a usage
-line, anything else must parse (`bash -n`). Every other command runs as written from the repository
+line (a document's `--help` checks run in one process, one after another, so that their imports are paid
+once), anything else must parse (`bash -n`). Every other command runs as written from the repository
 root with stdin closed, `.venv/bin/python` being the interpreter that runs these tests and `/tmp/` a fresh
 directory per file; one file's commands run in their order, so a command may read what an earlier one of
-its file wrote. The
+its file wrote. A command that names no `/tmp/` path runs once per test process, however many documents
+repeat it. The
 ```python snippets run too, and every relative link and every repository path named in backticks must
 exist, so the documents follow the code when files move.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,24 +136,79 @@ def _help_of(command: str) -> list[str] | None:
     return [sys.executable, "-m", words[at + 1], *subcommands, "--help"]
 
 
-def check(cmd: Command, tmp: Path | None = None) -> str | None:
-    """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more."""
+# runs `python -m MODULE [SUBCOMMAND] --help` for each argv of a list in one process: the imports they share
+# (torch, gradio) are paid once, not once per command (each alone costs seconds of CPU)
+HELP_RUNNER = """
+import contextlib, io, json, runpy, sys, traceback
+path, answers = sys.argv[1], []
+for argv in json.loads(sys.argv[2]):
+    sys.argv, buf, code = list(argv), io.StringIO(), 0
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+            print("" if stop.code is None or isinstance(stop.code, int) else stop.code)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    answers.append([code, buf.getvalue()])
+with open(path, "w") as out:
+    json.dump(answers, out)
+"""
+
+
+def helps(argvs: list[list[str]], tmp: Path) -> dict[tuple[str, ...], tuple[int, str]]:
+    """(exit code, output) of each `_help_of` command, the distinct ones run in one process (HELP_RUNNER)."""
+    distinct = list(dict.fromkeys(tuple(a) for a in argvs))
+    if not distinct:
+        return {}
+    answers = tmp / "helps.json"
+    done = subprocess.run([sys.executable, "-c", HELP_RUNNER, str(answers),
+                           json.dumps([list(a[2:]) for a in distinct])], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    if done.returncode or not answers.exists():
+        return {a: (done.returncode or 1, done.stderr[-600:]) for a in distinct}
+    return {a: (code, text) for a, (code, text) in zip(distinct, json.loads(answers.read_text()))}
+
+
+RAN: dict[str, str | None] = {}  # command -> what was wrong ('' or None), for commands that touch no /tmp/
+
+
+def check(cmd: Command, tmp: Path | None = None, answered: dict | None = None) -> str | None:
+    """What is wrong with one command ('' or None when nothing): run it, or check it when it needs more.
+
+    `answered`: the `helps` of the document's commands, run beforehand (else this one's is run alone)."""
     if unknown := cmd.needs - NEEDS:
         return f"unknown needs {sorted(unknown)} (known: {sorted(NEEDS)})"
     if cmd.needs:
         help_cmd = _help_of(cmd.text)
-        argv = help_cmd or ["bash", "-n", "-c", _shell(cmd.text)]
+        if help_cmd:
+            if answered is None or tuple(help_cmd) not in answered:
+                with tempfile.TemporaryDirectory() as scratch:
+                    answered = helps([help_cmd], Path(scratch))
+            code, text = answered[tuple(help_cmd)]
+            if code or "usage" not in text.lower():
+                return f"{' '.join(help_cmd[1:])} failed ({code}): {text[-600:]}"
+            return None
+        argv = ["bash", "-n", "-c", _shell(cmd.text)]
         done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=TIMEOUT_S)
-        if done.returncode or (help_cmd and "usage" not in (done.stdout + done.stderr).lower()):
-            return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}"
-        return None
+        return f"{' '.join(argv[1:])} failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}" \
+            if done.returncode else None
+    if cmd.text in RAN:  # the same command in another document (README.md repeats docs/cli.md's first ones)
+        return RAN[cmd.text]
     done = subprocess.run(["bash", "-c", _shell(cmd.text, tmp)], cwd=ROOT, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
-    return f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
+    why = f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}" if done.returncode else None
+    if "/tmp/" not in cmd.text:  # what reads or writes /tmp/ may depend on its document's earlier commands
+        RAN[cmd.text] = why
+    return why
 
 
 def problems_of(doc: Path, tmp: Path) -> str:
     """Every command of one document checked in its order ('' when all work)."""
     found = commands(doc.read_text(encoding="utf-8"))
-    return "\n".join(f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found if (why := check(c, tmp)))
+    answered = helps([h for c in found if c.needs and not c.needs - NEEDS and (h := _help_of(c.text))], tmp)
+    return "\n".join(f"{doc.name}:{c.line}: {c.text}\n    {why}" for c in found
+                     if (why := check(c, tmp, answered)))

@@ -6,7 +6,7 @@ import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
 
-from ui_helpers import launch_app  # noqa: E402
+from ui_helpers import api_client, launch_app  # noqa: E402
 
 PROMPT = "def add(a, b):"
 GEN = ("Q", 0.7, 0.5, False, 8, 16)  # mode, tau_mask, tau_edit, mbe, block_length, gen_length
@@ -15,7 +15,7 @@ GEN = ("Q", 0.7, 0.5, False, 8, 16)  # mode, tau_mask, tau_edit, mbe, block_leng
 @pytest.fixture(scope="module")
 def client(tiny_model_dir):
     demo, url = launch_app(tiny_model_dir)
-    yield gradio_client.Client(url, verbose=False)
+    yield api_client(url)
     demo.close()
 
 

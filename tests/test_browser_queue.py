@@ -16,7 +16,7 @@ gradio_client = pytest.importorskip("gradio_client")
 
 from ui import runs  # noqa: E402
 from ui.frame import DECODE_CONCURRENCY  # noqa: E402
-from ui_helpers import launch_app  # noqa: E402
+from ui_helpers import api_client, launch_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_a_run_clicked_while_both_slots_are_busy_shows_its_place_in_the_queue(br
     page.goto(app_url, wait_until="load")
     page.wait_for_selector("#prompt textarea", timeout=60_000)
     page.fill("#prompt textarea", "def add(a, b):")
-    longs = [gradio_client.Client(app_url, verbose=False).submit("def f():", "Custom", 1.0, 0.0, True, 4, 1000,
+    longs = [api_client(app_url).submit("def f():", "Custom", 1.0, 0.0, True, 4, 1000,
                                                                  api_name="/generate")
              for _ in range(DECODE_CONCURRENCY)]
     deadline = time.monotonic() + 300

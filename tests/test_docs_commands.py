@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from docs_commands import (DOCS, PARTS, README_MAX_LINES, ROOT, TIMEOUT_S, Command, _help_of, _shell, check,
-                           commands, docs_of, problems_of)
+                           commands, docs_of, helps, problems_of)
 
-pytestmark = pytest.mark.slow  # about 15 processes, most of them importing torch: minutes on 2 cores
+pytestmark = pytest.mark.slow  # a dozen processes, most of them importing torch: minutes on 2 cores
 
 
 @pytest.mark.parametrize("doc", docs_of(None), ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -70,6 +70,21 @@ def test_commands_are_read_as_a_shell_reads_them():
     assert _help_of("pip install x") is None
     assert check(Command("true", 1, frozenset({"gpus"}))).startswith("unknown needs")
     assert check(Command("exit 3", 1, frozenset())) == "exit 3: "
+
+
+def test_help_checks_run_in_one_process_and_each_answers_for_itself(tmp_path):
+    """A document's `--help` checks share one process: a module that is missing or answers without a usage
+    line still fails on its own, and the others' answers are their own."""
+    argvs = [_help_of(f".venv/bin/python -m {m}") for m in ("llada.fast.kernels.aot", "llada.no_such_module",
+                                                             "this", "llada.train")]
+    answered = helps(argvs, tmp_path)
+    assert [code for code, _ in answered.values()] == [0, 1, 0, 0]
+    assert "usage: python -m llada.fast.kernels.aot" in answered[tuple(argvs[0])][1]
+    assert "No module named llada.no_such_module" in answered[tuple(argvs[1])][1]
+    assert "Beautiful is better than ugly" in answered[tuple(argvs[2])][1]  # runs, but prints no usage
+    assert "usage" in answered[tuple(argvs[3])][1] and "aot" not in answered[tuple(argvs[3])][1]
+    cmd = Command(".venv/bin/python -m this   # needs: gpu", 1, frozenset({"gpu"}))
+    assert check(cmd, tmp_path, answered).startswith("-m this --help failed (0): ")
 
 
 def test_a_checkout_under_tmp_keeps_its_interpreter(monkeypatch, tmp_path):

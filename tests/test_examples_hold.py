@@ -11,8 +11,7 @@ import pytest
 
 from llada.pipeline import Pipeline
 from ui.learn.record import RunSpec, run_trace
-from ui.models import DEFAULT_MODEL
-from ui.playground.controls import examples
+from ui.playground.controls import example_model, examples
 
 
 def _decodes(trace):
@@ -37,6 +36,23 @@ def _one_position_edited_twice(trace) -> bool:
     return any(positions.count(p) == 2 for p in positions)
 
 
+def _steps_with(trace, kind: str) -> list[int]:
+    """Indices of the decode steps that made at least one move of `kind` ("inserts" or "deletes")."""
+    return [i for i, r in enumerate(_decodes(trace)) if getattr(r, kind)]
+
+
+def _delete_then_insert(trace) -> bool:
+    deletes, inserts = _steps_with(trace, "deletes"), _steps_with(trace, "inserts")
+    return bool(deletes) and bool(inserts) and deletes[0] < inserts[0]
+
+
+def _insert_filled_next(trace) -> bool:
+    """A step inserts a mask, and the next step drafts at the position the mask landed on."""
+    steps = _decodes(trace)
+    return any(any(c.pos == m.mask for c in steps[i + 1].drafts)
+               for i in _steps_with(trace, "inserts") if i + 1 < len(steps) for m in steps[i].inserts)
+
+
 CLAIMS = {  # label prefix -> (the check of what the label says, the answer the run writes)
     "Code (S)": (_one_forward_drafts_all, "    return zelmivo * zelmivo * zelmivo\n"),
     "Edit (S)": (_edited_in_second, "    return jozelnim * jozelnim * jozelnim\n"),
@@ -45,12 +61,28 @@ CLAIMS = {  # label prefix -> (the check of what the label says, the answer the 
     "MBE (S, blocks of 16)": (lambda t: t.mbe_edits >= 1, "    return pabatvo == 0\n"),
     "Sorting digits (S)": (lambda t: t.num_decode_forwards == 2, "13479"),
     "Reversing words (S)": (lambda t: t.num_decode_forwards == 2, " door snow tree sun"),
+    "Delete, then insert (LLaDA2.2 model, S)": (_delete_then_insert, "    return febatbat * febatbat\n"),
+    "Insert (LLaDA2.2 model, S)": (_insert_filled_next, "    ixturen = ixturen + 1\n    return ixturen\n"),
+    "Deletes (LLaDA2.2 model, S)": (lambda t: t.deletes >= 2, "    pagri = pagri - 1\n    return pagri\n"),
 }
 
 
 @pytest.fixture(scope="module")
-def pipe():
-    return Pipeline.load(DEFAULT_MODEL)
+def pipes():
+    """The Pipeline of each model the examples name, loaded once (the embedded model for the others)."""
+    loaded = {}
+
+    def get(example: dict):
+        path = example_model(example)
+        if path not in loaded:
+            loaded[path] = Pipeline.load(path)
+        return loaded[path]
+    return get
+
+
+@pytest.fixture(scope="module")
+def pipe(pipes):
+    return pipes({})
 
 
 def _claim(label: str):
@@ -60,7 +92,8 @@ def _claim(label: str):
 
 
 @pytest.mark.parametrize("example", examples(), ids=lambda e: e["label"].split(":")[0])
-def test_the_example_shows_what_its_label_says(pipe, example):
+def test_the_example_shows_what_its_label_says(pipes, example):
+    pipe = pipes(example)
     check, answer = _claim(example["label"])
     spec = RunSpec(example["mode"], mbe=example["mbe"], block_length=example["block_length"])
     trace = run_trace(pipe, example["prompt"], spec, example["gen_length"])

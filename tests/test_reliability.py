@@ -22,7 +22,7 @@ import pytest
 gradio_client = pytest.importorskip("gradio_client")
 
 from ui import runs  # noqa: E402
-from ui_helpers import launch_app  # noqa: E402
+from ui_helpers import api_client, launch_app  # noqa: E402
 
 PROMPT = "def add(a, b):"
 OK = (PROMPT, "Q", None, None, False, 8, 16, "")  # prompt, mode, tau_mask, tau_edit, mbe, block, gen, model
@@ -37,7 +37,7 @@ def app(tiny_model_dir):
 
 @pytest.fixture
 def client(app):
-    return gradio_client.Client(app, verbose=False)
+    return api_client(app)
 
 
 def _with(index: int, value) -> tuple:
@@ -100,7 +100,7 @@ def test_concurrent_sessions_each_get_their_own_trace(app):
 
     def session(i: int) -> None:
         try:
-            c = gradio_client.Client(app, verbose=False)
+            c = api_client(app)
             c.predict(f"def f{i}(x):", "S", None, None, False, 8, 16, api_name="/generate")  # model: default
             results[i] = c.predict(api_name="/trace")["prompt"]
         except Exception as err:  # noqa: BLE001 - reported below
@@ -134,7 +134,7 @@ def test_a_maximal_request_is_bounded_and_a_short_one_does_not_wait(client, app,
     big = client.submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, api_name="/generate")  # 1 token per forward
     while big.status().code.name not in ("ITERATING", "FINISHED") and time.monotonic() - t0 < 300:
         time.sleep(0.05)  # waits for: the big run iterating (poll interval, 300 s bound)
-    short_client = gradio_client.Client(app, verbose=False)
+    short_client = api_client(app)
     _, short = short_client.predict(*OK, api_name="/generate")
     big_was_running = not big.done()  # the short request ran beside the long one, not after it
     _, stats = big.result(timeout=600)
@@ -153,12 +153,12 @@ def test_with_both_decode_slots_busy_a_request_waits_in_the_queue_and_is_told(ap
     from ui.frame import DECODE_CONCURRENCY
 
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=1500, seconds=3600.0))  # long runs: 1 token a forward
-    longs = [gradio_client.Client(app, verbose=False).submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000,
+    longs = [api_client(app).submit(PROMPT, "Custom", 1.0, 0.0, True, 4, 1000,
                                                              api_name="/generate") for _ in range(DECODE_CONCURRENCY)]
     deadline = time.monotonic() + 300
     while any(j.status().code.name not in ("ITERATING", "FINISHED") for j in longs) and time.monotonic() < deadline:
         time.sleep(0.05)  # waits for: both long runs decoding (poll interval, 300 s bound)
-    short = gradio_client.Client(app, verbose=False).submit(*OK, api_name="/generate")
+    short = api_client(app).submit(*OK, api_name="/generate")
     heard, ended = [], {}  # (when, status, rank) of the short request; when the client saw each long run end
     while not short.done() and time.monotonic() < deadline:
         status, now = short.status(), time.monotonic()

@@ -78,15 +78,15 @@ def test_cli_with_stdin_closed_prints_only_json(replica_dir, tmp_path):
 
 
 def test_the_app_serves_the_replica_by_name(replica_dir):
-    gradio_client = pytest.importorskip("gradio_client")
+    pytest.importorskip("gradio_client")
     from ui.models import Models
-    from ui_helpers import launch_app
+    from ui_helpers import api_client, launch_app
 
     models = Models([("inclusionAI/LLaDA2.1-mini", str(replica_dir))])
     assert models.choices() == [("inclusionAI/LLaDA2.1-mini", str(replica_dir))]
     demo, url = launch_app(models)
     try:
-        client = gradio_client.Client(url, verbose=False)
+        client = api_client(url)
         text, stats = client.predict("def add(", "S", 0.0, None, False, 8, 8, "inclusionAI/LLaDA2.1-mini",
                                      api_name="/generate")
         assert stats["tokens"] == 8

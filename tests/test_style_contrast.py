@@ -5,7 +5,9 @@ the drawn page).
 Each state's text is checked over its wash at the confidences a run draws (p = 0, 0.5, 1), inside and
 outside the active block's own wash: the prompt, the mask (its legend key: a mask cell holds no text but
 its ghost), the ghost (the model's guess inside a mask of the active block), draft, edit and MBE edit (the
-new text and the replaced one), stable, and the `×N` count of a collapsed EOS run on any written state.
+new text and the replaced one), stable, and the `×N` count of a collapsed EOS run on any written state;
+LLaDA2.2's moves: a deleted token's struck-out text on its wash, in the active block (where moves happen)
+and outside it, and the legend's keys of an inserted mask (which holds no text) and of a delete.
 """
 
 from __future__ import annotations
@@ -65,7 +67,10 @@ def ratios(sheet: Sheet, ghost: str | None = None) -> dict[str, float]:
                     check(f"{state} replaced text", old, *under, top)
                 if state in WRITTEN:
                     check(f"{state} ×N", count, *under, top)
-    for state in ("prompt", "mask", "draft", "edit", "mbe"):  # the legend's keys: no --p, a full wash
+    gone = sheet.colour(sheet.get(".gone .old", "color"))
+    for under in ([], [act]):
+        check("delete replaced text", gone, *under, wash(sheet, '[data-state="delete"]', None))
+    for state in ("prompt", "mask", "draft", "edit", "mbe", "insert", "delete"):  # the legend's keys: a full wash
         check(f"{state} key", ink, wash(sheet, f'[data-state="{state}"]', None))
     check("stable key", ink, wash(sheet, '.key[data-state="stable"]', None))
     ghost_ink = sheet.colour(ghost or sheet.get(".tok .ghost", "color"))
@@ -76,6 +81,7 @@ def ratios(sheet: Sheet, ghost: str | None = None) -> dict[str, float]:
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_every_state_reads_at_aa(sheets, theme):
     seen = ratios(sheets[theme])
+    assert {"delete replaced text", "insert key", "delete key"} <= set(seen)
     low = {name: round(r, 2) for name, r in seen.items() if r < AA}
     assert low == {}, f"{theme} theme: text under {AA}:1: {low}"
     print(theme, {name: round(r, 2) for name, r in sorted(seen.items())})

@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from ui_helpers import launch_app
+from ui_helpers import api_client, launch_app
 
 NAN, INF = float("nan"), float("inf")
 
@@ -157,13 +157,13 @@ def test_no_large_upload_is_taken(app):
 
 def test_a_sweep_click_finding_one_running_answers_without_a_decode_slot(app, monkeypatch):
     """Both decode slots busy with long runs and a sweep running: Run sweep is told at once, while they still run."""
-    gradio_client = pytest.importorskip("gradio_client")
+    pytest.importorskip("gradio_client")
     from ui import runs
     from ui.explorer.sweeps import BUSY, SWEEP_LOCK
 
     demo, url = app
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=100_000, seconds=60.0))
-    long_runs = [gradio_client.Client(url, verbose=False).submit("def f(x):", "Custom", 1.0, 0.0, True, 4, 1000,
+    long_runs = [api_client(url).submit("def f(x):", "Custom", 1.0, 0.0, True, 4, 1000,
                                                                   api_name="/generate") for _ in range(2)]
     assert SWEEP_LOCK.acquire(timeout=60)  # a sweep is running (a sweep of an earlier test has ended)
     try:

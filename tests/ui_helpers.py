@@ -104,3 +104,11 @@ def shipped_app(cache_dir, recordings: dict | None = None):
             os.environ.pop("LLADA_EXPLORER_CACHE", None)
         else:
             os.environ["LLADA_EXPLORER_CACHE"] = before
+
+
+def api_client(url: str):
+    """A `gradio_client.Client` for `url` whose HTTP reads wait as long as a loaded CI machine needs
+    (the client's own 5-second default expires while a busy two-core machine starts the app's answer)."""
+    import gradio_client
+
+    return gradio_client.Client(url, verbose=False, httpx_kwargs={"timeout": 300})

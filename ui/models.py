@@ -1,10 +1,12 @@
 """The models the playground offers, by name, and where they live while it runs.
 
-Candidates, in order: `assets/model`, every `--model DIR`, the directories of `LLADA_MODELS`
-(os.pathsep-separated), then the Hugging Face checkpoints of spaces.yaml's `preload_from_hub` that are
-in the local hub cache (a Space downloads them when it is built; nothing is downloaded here), named by
-their repo id (`inclusionAI/LLaDA2.1-mini`). Every candidate is checked before anything is loaded —
-config.json, presets.json, and whether its weights fit where they would live (estimated from
+Candidates, in order: `assets/model` (the embedded LLaDA2.1-format model), `assets/model22` (the small
+LLaDA2.2-format model beside it, whose decoding deletes and inserts), every `--model DIR`, the
+directories of `LLADA_MODELS` (os.pathsep-separated), then the Hugging Face checkpoints of
+spaces.yaml's `preload_from_hub` that are in the local hub cache (a Space downloads them when it is
+built; nothing is downloaded here), named by their repo id (`inclusionAI/LLaDA2.1-mini`). Every
+candidate is checked before anything is loaded — config.json, presets.json, and whether its weights fit where
+they would live (estimated from
 config.json by `llada.weights.memory`) — and is either offered or withheld with the reason, shown under the
 model selector. A broken model never stops the app from starting. On a GPU with FP8 (compute capability
 8.9 or later; a ZeroGPU slice is an H200) a model whose weights do not fit in bf16 but do with FP8
@@ -39,6 +41,7 @@ from .zerogpu import CLOCK, ON_CALL, on_gpu, zero_gpu  # noqa: F401  (on_gpu: th
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "assets" / "model"
+MODEL22 = ROOT / "assets" / "model22"  # offered beside the embedded model (its examples name it)
 ENV_VAR = "LLADA_MODELS"
 SPACE_FILE = ROOT / "spaces.yaml"
 ZEROGPU_ROOM = 70 * 2**30  # VRAM of one ZeroGPU workload (an H200 slice, huggingface.co/docs/hub/spaces-zerogpu)
@@ -81,11 +84,13 @@ def runtime() -> Runtime:
 
 
 def model_dirs(cli: list[str] | None = None, env: str | None = None,
-               default: Path | None = DEFAULT_MODEL) -> list:
+               default: Path | None = DEFAULT_MODEL, beside: tuple[Path, ...] = (MODEL22,)) -> list:
     """The candidates in order, without duplicates: local paths (a `cli` entry may be a (name, path) pair: a
-    downloaded hub repo), then (repo, path) of hub snapshots."""
+    downloaded hub repo), then (repo, path) of hub snapshots. `beside`: the shipped models offered after
+    the default one (none when there is no default)."""
     env = os.environ.get(ENV_VAR, "") if env is None else env
-    local = ([str(default)] if default is not None and default.exists() else []) + list(cli or [])
+    shipped = [] if default is None else [d for d in (default, *beside) if d.exists()]
+    local = [str(d) for d in shipped] + list(cli or [])
     local += [d for d in env.split(os.pathsep) if d.strip()]
     out, seen = [], set()
     for name, d in [d if isinstance(d, tuple) else ("", d) for d in local] + hub_snapshots(preloaded_repos()):
@@ -138,7 +143,7 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
     root = Path(path)
     try:
         cfg, raw = read_config(root)
-        load_presets(root)
+        load_presets(root, cfg.version)
         source = str(root / "config.json")
         stored = "int8" if stored_int8(raw, source) else "fp8" if stored_fp8(raw, source) else None
     except (CheckpointError, PresetError, ValueError) as err:

@@ -22,6 +22,7 @@ from llada.decode import SharedBatch
 from llada.decode import BatchDecoder
 from llada.trace import StepRecord, Trace
 
+from .pace import Ahead, Pace, pace_of, slow_budget
 from .settings import InputError, Request
 
 BUDGET = Budget()  # what one request may cost (tests and deployments replace it; read at each request)
@@ -44,6 +45,7 @@ class LiveRun:
     trace: Trace
     records: Iterator[StepRecord]
     open: bool = True
+    ahead: Ahead | None = None  # the engine's stream, its forwards on a worker thread (ui.pace)
 
     def close(self, status: str = "stopped", note: str = "") -> Trace:
         """Stop the engine (if still running) and finish the trace with its text and token names."""
@@ -57,10 +59,18 @@ class LiveRun:
         return self.trace
 
 
-def _budgeted(stream: Iterator[StepRecord], trace: Trace, budget: Budget) -> Iterator[StepRecord]:
-    """The run's records into `trace` until the run ends (done) or its budget cuts it (the trace says why)."""
-    bounded = budget.bound(stream)
-    yield from trace.follow(bounded)  # closing this closes the engine's generator
+def _budgeted(stream: Iterator[StepRecord], trace: Trace, budget: Budget,
+              pace: Pace | None = None) -> Iterator[StepRecord]:
+    """The run's records into `trace` until the run ends (done) or its budget cuts it (the trace says why).
+
+    With `pace`: each forward teaches the model's pace, and the budget follows it (`ui.pace.slow_budget`:
+    a slow model's first run gets its budget in forwards once its first forward is measured)."""
+    bounded = (slow_budget(budget, pace.per_forward) if pace is not None else budget).bound(stream)
+    for record in trace.follow(bounded):  # closing this closes the engine's generator
+        if pace is not None:
+            pace.observe(record)
+            bounded.revise(slow_budget(budget, pace.per_forward))
+        yield record
     if bounded.cut:
         trace.finish("stopped", bounded.cut)
 
@@ -70,8 +80,11 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
 
     On the CPU the runs of one model share forwards through its step scheduler (`scheduler`): a run joins
     the next step of the runs in flight, its trace the one it gets alone. `budget` defaults to the
-    module's `BUDGET`, read at each call."""
+    module's `BUDGET`, read at each call, sized for a slow model (`ui.pace.slow_budget`). The engine's
+    forwards run on a worker thread (`ui.pace.Ahead`), so a handler can show progress while one runs
+    (not once the model is measured fast: `Pace.threaded`)."""
     budget = budget or BUDGET
+    pace = pace_of(pipe)
     cfg = req.settings.config
     ids = pipe.encode(req.prompt)
     try:
@@ -83,7 +96,8 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.settings.mode)
-    run = LiveRun(pipe, trace, _budgeted(stream, trace, budget))
+    ahead = Ahead(stream) if pace.threaded() else None
+    run = LiveRun(pipe, trace, _budgeted(ahead or stream, trace, budget, pace), ahead=ahead)
     with _LIVE_LOCK:
         _LIVE.add(run)
     return run
@@ -101,7 +115,8 @@ def scheduler(pipe) -> SharedBatch:
 def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) -> dict[str, LiveRun]:
     """Runs of `reqs` on one model sharing every forward (InputError when one does not fit); start on first pull.
 
-    Each run's records come from one `BatchDecoder`; each keeps its own budget, and closing one (Stop, its
+    Each run's records come from one `BatchDecoder`; each keeps its own budget (sized for a slow model as
+    `start` sizes it; no worker thread: a Compare's frames come per forward), and closing one (Stop, its
     budget) drops its row while the others go on. On a GPU the runs stay apart (`start`)."""
     budget = budget or BUDGET
     if pipe.model.device.type != "cpu":  # lone runs keep the GPU's own forward path (CUDA graphs)
@@ -115,7 +130,7 @@ def start_batch(pipe, reqs: dict[str, Request], budget: Budget | None = None) ->
         except ValueError as err:
             raise InputError(str(err)) from None
         trace = pipe.new_trace(ids, req.settings.config, prompt=req.prompt, mode=req.settings.mode)
-        runs[label] = LiveRun(pipe, trace, _budgeted(shared.row(row), trace, budget))
+        runs[label] = LiveRun(pipe, trace, _budgeted(shared.row(row), trace, budget, pace_of(pipe)))
     with _LIVE_LOCK:
         _LIVE.update(runs.values())
     return runs

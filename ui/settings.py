@@ -142,8 +142,13 @@ def check_request(presets: dict[str, dict] | None, prompt, mode="S", **settings)
 
 
 def presets_of(model_path: str | Path | None) -> dict[str, dict]:
-    """The presets of a model directory (its presets.json over the official ones), read without loading it."""
-    return load_presets(Path(model_path)) if model_path else merged({})
+    """The presets of a model directory (its presets.json over the official ones of its version, 2.1 or 2.2,
+    from config.json), read without loading it."""
+    if not model_path:
+        return merged({})
+    from llada.weights.checkpoint import read_config
+
+    return load_presets(Path(model_path), read_config(Path(model_path))[0].version)
 
 
 def preset_values(presets: dict[str, dict], mode: str) -> dict:

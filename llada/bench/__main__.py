@@ -1,6 +1,7 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
-NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, gpu-check, lease, train.
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, gpu-check, lease, train,
+indel.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "int8": "int8 weights on the CPU vs the default load: bytes held, peak RSS, s/forward, top-1 agreement",
            "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
            "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
-           "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul"}
+           "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul",
+           "indel": "a LLaDA2.2-format model on the tasks: accuracy, TPF, runs with inserts and deletes"}
 
 
 def main(argv: list[str]) -> int:

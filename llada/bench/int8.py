@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from .int8_probe import forward_seconds, held_bytes, interleaved, peak_rss, random_ids, reset_peak, rss, where
 
 GIB = float(1 << 30)
 VARIANTS = {"default": None, "int8": "int8"}
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
     from .load import replica
 
     root = Path(args.model) if args.model else replica(args.shape, Path(args.workdir))
-    report = {"bench": "int8", "command": "python -m llada.bench int8 " + " ".join(argv), **_where(),
+    report = {"bench": "int8", "command": "python -m llada.bench int8 " + " ".join(argv), **where(),
               "model": str(root), "shape": None if args.model else args.shape, "prefix": args.prefix,
               "block": args.block, "checkpoint_bytes": sum(f.stat().st_size for f in root.glob("*.safetensors"))}
     for name, quantize in VARIANTS.items():
@@ -126,16 +126,16 @@ def measure(args, quantize: str | None) -> dict:
     from ..weights.checkpoint import load_model
     from .timing import copy_gb_per_s
 
-    before = _rss()
+    before = rss()
     start = time.perf_counter()
     model = load_model(args.model, quantize=quantize)
     load_s = time.perf_counter() - start
-    load_peak = _peak_rss()
-    _reset_peak()
+    load_peak = peak_rss()
+    reset_peak()
     cache, block = _prefill(model, args.prefix, args.block)
-    seconds = _forward_seconds(model, cache, block, args.prefix, args.iters)
-    decode_peak = _peak_rss()  # before the copy-bandwidth buffers below
-    held = _held_bytes(model)
+    seconds = forward_seconds(model, cache, block, args.prefix, args.iters)
+    decode_peak = peak_rss()  # before the copy-bandwidth buffers below
+    held = held_bytes(model)
     kv = 2 * cache.k[:, :, :, :args.prefix + args.block].numel() * cache.k.element_size()
     read = held - model.word_embeddings.weight.numel() * model.dtype.itemsize + kv  # embeddings: 32 rows read
     copy = copy_gb_per_s(torch.device("cpu"), 256 << 20, 5)
@@ -151,7 +151,7 @@ def _prefill(model, prefix: int, block: int):
     """A KV cache holding `prefix` random tokens (block-causal, no logits computed) and the next block's ids."""
     from ..model import block_causal_mask
 
-    ids = _random_ids(model.config.vocab_size, prefix + block, seed=0)[None]  # (1, prefix + block)
+    ids = random_ids(model.config.vocab_size, prefix + block, seed=0)[None]  # (1, prefix + block)
     cache = model.new_cache(prefix + block)
     with torch.inference_mode():
         model(ids[:, :prefix], mask=block_causal_mask(torch.arange(prefix) // block), cache=cache, hidden_only=True)
@@ -159,31 +159,7 @@ def _prefill(model, prefix: int, block: int):
     return cache, ids[0, prefix:]
 
 
-def _random_ids(vocab: int, n: int, seed: int, avoid: tuple[int, ...] = ()) -> torch.Tensor:
-    """n token ids below the LLaDA2.x special tokens (156891), none of `avoid`: (n,) long."""
-    ids = torch.randint(0, min(vocab, 156891), (n,), generator=torch.Generator().manual_seed(seed))
-    for token in avoid:
-        ids[ids == token] = 0
-    return ids
 
-
-def _forward_seconds(model, cache, ids: torch.Tensor, prefix: int, iters: int) -> list[float]:
-    """Each of `iters` forwards (after one warm-up) of the block over the cache, as the decode loop calls it."""
-    return _interleaved([(model, cache)], ids, prefix, iters)[0]
-
-
-def _interleaved(pairs, ids: torch.Tensor, prefix: int, iters: int) -> list[list[float]]:
-    """Seconds of each (model, cache)'s forward, the models taking turns (a busy machine's noise hits both)."""
-    from ..model import RowInput
-
-    times = [[] for _ in pairs]
-    with torch.inference_mode():
-        for i in range(iters + 1):
-            for (model, cache), out in zip(pairs, times):
-                t = time.perf_counter()
-                model.forward_rows([RowInput(ids, start=prefix, cache=cache)])
-                out.append(round(time.perf_counter() - t, 3))
-    return [t[1:] for t in times]  # the first call of each warms up
 
 
 def agreement(args) -> dict:
@@ -200,10 +176,10 @@ def agreement(args) -> dict:
     mask_id, eos_id = (special_id(kind, None, root, raw, tokenizer, raw["vocab_size"]) for kind in ("mask", "EOS"))
     ref, quant = load_model(root), load_model(root, quantize="int8")
     (c1, block), (c2, _) = _prefill(ref, args.prefix, args.block), _prefill(quant, args.prefix, args.block)
-    default_s, int8_s = _interleaved([(ref, c1), (quant, c2)], block, args.prefix, args.iters)
+    default_s, int8_s = interleaved([(ref, c1), (quant, c2)], block, args.prefix, args.iters)
     del c1, c2
     T = args.prefix + args.block
-    ids = _random_ids(ref.config.vocab_size, T, seed=1, avoid=(mask_id, eos_id))[None]  # (1, T)
+    ids = random_ids(ref.config.vocab_size, T, seed=1, avoid=(mask_id, eos_id))[None]  # (1, T)
     mask = block_causal_mask(torch.arange(T) // args.block)
     with torch.inference_mode():
         same = (ref(ids, mask=mask).argmax(-1) == quant(ids, mask=mask).argmax(-1))[0]  # (T,)
@@ -245,36 +221,5 @@ def summary(r: dict) -> str:
     return "[int8] " + "; ".join(parts) + f"; held/bf16 checkpoint {r.get('int8_held_over_bf16_checkpoint')}"
 
 
-def _held_bytes(model) -> int:
-    seen, total = set(), 0
-    for t in [*model.parameters(), *model.buffers()]:
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
-    return total
 
 
-def _where() -> dict:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit.stdout.strip() or None,
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__}
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-
-
-def _reset_peak() -> None:
-    """Start VmHWM again from the current RSS (Linux: clear_refs 5), so the decode's peak is its own."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass

@@ -80,11 +80,11 @@ def wait_for_room(need: int, read=mem_available, sleep=time.sleep, poll_s: float
 
 def run(args, argv: list[str]) -> int:
     """The parent: the replica, the wait for room, one child, the report."""
-    from .int8 import _where
+    from .int8_probe import where
     from .timing import write_report
 
     root = Path(args.model) if args.model else int8_replica(args.shape, Path(args.workdir))
-    report = {"bench": "int8-only", "command": "python -m llada.bench int8 " + " ".join(argv), **_where(),
+    report = {"bench": "int8-only", "command": "python -m llada.bench int8 " + " ".join(argv), **where(),
               "model": str(root), "shape": None if args.model else args.shape, "prefix": args.prefix,
               "block": args.block, "gen_length": args.gen_length}
     need = int(args.min_available_gib * GIB) if args.min_available_gib else needed_bytes(root)
@@ -118,32 +118,32 @@ def measure(args) -> dict:
     stage the figures so far go to stdout as one JSON line: a run stopped midway still reports them."""
     from ..weights import memory
     from ..weights.checkpoint import load_model, read_config, shard_files
-    from .int8 import _forward_seconds, _held_bytes, _peak_rss, _reset_peak, _rss
+    from .int8_probe import forward_seconds, held_bytes, peak_rss, reset_peak, rss
 
     root = Path(args.model)
     cfg = read_config(root)[0]
-    before, start = _rss(), time.perf_counter()
+    before, start = rss(), time.perf_counter()
     model = load_model(root)
     load_s = time.perf_counter() - start
     r = {"quantize": "int8", "load_seconds": round(load_s, 2), "rss_before_load_bytes": before,
-         "peak_rss_load_bytes": _peak_rss(), "weights_bytes_held": _held_bytes(model),
+         "peak_rss_load_bytes": peak_rss(), "weights_bytes_held": held_bytes(model),
          "bf16_checkpoint_bytes": memory.weight_bytes(cfg, torch.bfloat16),
          "largest_shard_bytes": max(f.stat().st_size for f in shard_files(root)), "threads": torch.get_num_threads()}
     _emit(r, f"loaded in {load_s:.0f} s, peak RSS {r['peak_rss_load_bytes'] / GIB:.2f} GiB")
-    _reset_peak()
+    reset_peak()
     cache, block = filled_cache(model, args.prefix, args.block)
     cpu = time.process_time()
-    r["seconds_per_forward"] = _forward_seconds(model, cache, block, args.prefix, args.iters)
+    r["seconds_per_forward"] = forward_seconds(model, cache, block, args.prefix, args.iters)
     r["cpu_seconds_per_forward"] = round((time.process_time() - cpu) / (args.iters + 1), 2)  # warm-up included:
     #   the CPU time this process got, all threads; on a busy machine wall time is this spread over its share
     r |= _bytes_read(model, cache, block, args.prefix)
-    r["peak_rss_decode_bytes"] = forward_peak = _peak_rss()  # the copy buffers below are not the decode's
+    r["peak_rss_decode_bytes"] = forward_peak = peak_rss()  # the copy buffers below are not the decode's
     r |= _floor(r)
     _emit(r, f"seconds per forward {r['seconds_per_forward']}, floor {r['bandwidth_floor_seconds']} s")
     del cache
-    _reset_peak()
+    reset_peak()
     r["decode_S"] = _decode_s(model, root, args.gen_length, args.decode_seconds)
-    r["peak_rss_decode_bytes"] = max(forward_peak, _peak_rss())
+    r["peak_rss_decode_bytes"] = max(forward_peak, peak_rss())
     _emit(r, f"S decode {r['decode_S']}")
     return r
 
@@ -171,14 +171,14 @@ def filled_cache(model, prefix: int, block: int):
     """A KV cache holding `prefix` positions of random keys and values (what a forward over the block reads
     and attends to, as after a prefill) and the block's ids: the 1k-token prefill itself, minutes of compute
     on a slow CPU, changes nothing that the timed forward does."""
-    from .int8 import _random_ids
+    from .int8_probe import random_ids
 
     cache = model.new_cache(prefix + block)
     gen = torch.Generator().manual_seed(0)
     for t in (cache.k, cache.v):
         t[..., :prefix, :].copy_(torch.randn(t[..., :prefix, :].shape, generator=gen))
     cache.commit(prefix)
-    return cache, _random_ids(model.config.vocab_size, block, seed=0)
+    return cache, random_ids(model.config.vocab_size, block, seed=0)
 
 
 def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
@@ -186,7 +186,7 @@ def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
     experts no token chose (counted in that forward), plus the KV cache."""
     from ..fast.int8 import Int8Experts
     from ..model import RowInput
-    from .int8 import _held_bytes
+    from .int8_probe import held_bytes
 
     touched, expert_bytes, hooks = [], 0, []
     for m in model.modules():
@@ -201,7 +201,7 @@ def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
     share = sum(n for n, _ in touched) / max(sum(E for _, E in touched), 1)  # experts touched / experts
     kv = 2 * cache.k[:, :, :, :prefix + len(ids)].numel() * cache.k.element_size()
     emb = model.word_embeddings.weight
-    everything = _held_bytes(model) - emb.numel() * emb.element_size() + kv
+    everything = held_bytes(model) - emb.numel() * emb.element_size() + kv
     return {"experts_touched_share": round(share, 4), "all_weights_bytes_read": everything,
             "forward_bytes_read": int(everything - (1 - share) * expert_bytes)}
 
@@ -215,12 +215,12 @@ def _decode_s(model, root: Path, gen_length: int, budget_s: float) -> dict:
     from ..trace import Trace
     from ..weights.checkpoint import read_config
     from ..weights.tokenizer import load_tokenizer
-    from .int8 import _random_ids
+    from .int8_probe import random_ids
 
     raw, tokenizer = read_config(root)[1], load_tokenizer(root)
     mask_id, eos_id = (special_id(kind, None, root, raw, tokenizer, raw["vocab_size"]) for kind in ("mask", "EOS"))
     cfg = resolve("S", gen_length=gen_length, block_length=min(32, gen_length))
-    prompt = _random_ids(raw["vocab_size"], 16, seed=2, avoid=(mask_id, eos_id)).tolist()
+    prompt = random_ids(raw["vocab_size"], 16, seed=2, avoid=(mask_id, eos_id)).tolist()
     start = time.perf_counter()
     stream = decode(model, prompt, cfg, mask_id, eos_id, may_continue=lambda n: time.perf_counter() - start < budget_s)
     trace = Trace(prompt_ids=prompt, settings=cfg, mask_id=mask_id, eos_id=eos_id)

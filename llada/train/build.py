@@ -143,6 +143,18 @@ def _saved_data(src: Path, out: Path):
     return load_fast(out), rows["windows"], rows["functions"], rows["held_out"], data
 
 
+def _upgrade(tc, model: LLaDA2MoE, hf, out: Path) -> LLaDA2MoE:
+    """The 2.1 model of --init as LLaDA2.2 (`upgrade22`); the tokenizer in OUT gets the edit tokens."""
+    from .upgrade22 import EDIT_TOKENS, upgrade_model, upgrade_tokenizer
+
+    if EDIT_TOKENS[0] in hf.get_vocab():  # --resume: OUT's tokenizer was upgraded when the run began
+        delete_id, split_id = (hf.convert_tokens_to_ids(t) for t in EDIT_TOKENS)
+    else:
+        delete_id, split_id = upgrade_tokenizer(hf)
+        save_tokenizer(hf.backend_tokenizer, out)
+    return upgrade_model(model, delete_id, split_id, tc.expert_capacity, tc.routing_block)
+
+
 def build(tc, device: torch.device, progress: bool = True, resume: bool = False) -> Built:
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -151,6 +163,8 @@ def build(tc, device: torch.device, progress: bool = True, resume: bool = False)
     torch.manual_seed(tc.seed)
     if tc.init:
         model = load_model(tc.init).train().requires_grad_(True)
+        if tc.expert_capacity and model.config.version == "2.1":
+            model = _upgrade(tc, model, hf, out).train().requires_grad_(True)
     else:
         model = LLaDA2MoE(model_config(tc, len(hf))).init_weights(seed=tc.seed)
     weights = {k: float(v) for k, v in (kv.split("=") for kv in tc.task_weights.split(","))}

@@ -42,6 +42,7 @@ from .build import Built, build
 from .experts import use_grouped_experts
 from .export import save_sharded
 from .logs import loss_ends, plot_loss, write_csv
+from .indel import EditIds, IndelConfig, levenshtein_loss
 from .objective import Batch, NoiseConfig, diffusion_loss
 from .recipes import TRAINING_PRESETS
 from .resume import held_out_loss, load_state, save_state
@@ -99,6 +100,9 @@ class TrainConfig:
     weight_decay: float = 0.01
     bias_rate: float = 1e-3
     init: str | None = None  # continue from this model directory (its tokenizer and weights)
+    expert_capacity: int = 0  # > 0 with a 2.1 --init: make it LLaDA2.2 (`upgrade22`: block routing, edit tokens)
+    routing_block: int = 32  # ... its routing block (config.json's block_size)
+    indel_share: float = 0.5  # a 2.2 model: fraction of rows drafted with tokens missing or extra (`indel`)
     data_from: str | None = None  # reuse the tokenizer and rows of this earlier run's directory
     eval_n: int = 50  # after training: task items per task
     code_n: int = 64  # ... held-out functions
@@ -124,7 +128,9 @@ def check_config(tc: TrainConfig) -> TrainConfig:
     compile_on(tc, torch.device("cpu"))
     if tc.experts_impl not in ("auto", "grouped", "loop"):
         raise ValueError(f"experts_impl must be auto, grouped or loop, got {tc.experts_impl!r}")
-    for name in ("code_share", "window_share", "multi_turn", "code_multi_turn"):
+    if tc.expert_capacity and not tc.init:
+        raise ValueError("expert_capacity upgrades the model of --init to LLaDA2.2; give --init DIR")
+    for name in ("code_share", "window_share", "multi_turn", "code_multi_turn", "indel_share"):
         if not 0.0 <= getattr(tc, name) <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(tc, name)}")
     if tc.minutes <= 0 or (tc.steps is not None and tc.steps < 1):
@@ -239,8 +245,14 @@ def _draw(run: Run, step: int) -> tuple[str, Batch, int, bool]:
 
 
 def _loss(run: Run, batch: Batch, block: int, multi: bool) -> torch.Tensor:
+    """The 2.1 objective (M2T + T2T), or on a 2.2 model without self-drafting the 2.2 one (`indel`)."""
     model, mask_id = run.built.model, run.built.tokenizer.mask_token_id
+    cfg = model.config
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.device.type == "cuda"):
+        if cfg.version == "2.2" and not multi:
+            ids = EditIds(mask_id, cfg.delete_token_id, cfg.split_token_id)
+            return levenshtein_loss(model, batch, block, ids, run.tc.noise, IndelConfig(share=run.tc.indel_share),
+                                    run.gen, run.pick)
         return diffusion_loss(model, batch, block, mask_id, run.tc.noise, run.gen, multi_turn=multi)
 
 

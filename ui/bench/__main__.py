@@ -8,7 +8,8 @@ import sys
 BENCHES = {"soak": "server RSS over time under simulated visitors, flat or not",
            "memory-soak": "the soak's RSS as JSON; Python memory retained per visit (tracemalloc)",
            "scrub-timing": "from a press on a step scrubber to the painted step, in headless Chromium",
-           "overhead": "bare decode vs the app's stream, first-frame latency"}
+           "overhead": "bare decode vs the app's stream, first-frame latency",
+           "slow-model": "a large model in the playground: progress lines during forwards, pace, budget"}
 
 
 def main(argv: list[str]) -> int:

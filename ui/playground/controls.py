@@ -16,17 +16,25 @@ import gradio as gr
 
 from llada.presets import tau_text
 
-from .. import ASSETS, runs
+from .. import ASSETS, pace, runs
 from ..frame import DECODE_CONCURRENCY
 from ..knows import knows
 from ..settings import LIMITS, MODES, InputError, check_choice, check_step, preset_values, presets_of
 
 EXAMPLE_INPUTS = ("prompt", "mode", "mbe", "block_length", "gen_length")
+EXAMPLE_SETS = (*EXAMPLE_INPUTS, "model")  # what a click sets: the inputs and the model the example names
 
 
 def examples(path: Path = ASSETS / "examples.json") -> list[dict]:
-    """Example runs: {label, prompt, mode, mbe, block_length, gen_length} each (assets/examples.json)."""
+    """Example runs: {label, prompt, mode, mbe, block_length, gen_length} each (assets/examples.json), and
+    optionally `model`, a model directory relative to the repository (`assets/model22`); without it the
+    example runs on the embedded model."""
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def example_model(example: dict) -> str:
+    """The resolved directory of the model an example runs on (the model selector's value for it)."""
+    return str((ASSETS.parent / example.get("model", "assets/model")).resolve())
 
 
 def presets_note(model_path: str | None) -> str:
@@ -140,7 +148,8 @@ def example_list(controls: Controls) -> gr.Dataset:
 
 
 def example_values(index) -> tuple:
-    """The inputs an example sets (EXAMPLE_INPUTS), by its index; InputError for an index that is none."""
+    """The values an example sets (EXAMPLE_SETS: its inputs, then its model), by its index; InputError for an
+    index that is none."""
     items = examples()
     try:
         k = check_step(index, "example index")
@@ -148,15 +157,25 @@ def example_values(index) -> tuple:
         k = -1
     if not 0 <= k < len(items):  # the message gives the real range, never the scrubbers' generic bound
         raise InputError(f"example index must be a whole number from 0 to {len(items) - 1}, got {index!r}")
-    return tuple(items[k][name] for name in EXAMPLE_INPUTS)
+    return (*(items[k][name] for name in EXAMPLE_INPUTS), example_model(items[k]))
 
 
-def wait_note(budget=None) -> str:
-    """What a visitor waits for when the decode slots are busy (ui/frame.py `DECODE_CONCURRENCY`)."""
+def wait_note(budget=None, slow=None) -> str:
+    """What a visitor waits for when the decode slots are busy (ui/frame.py `DECODE_CONCURRENCY`); with `slow`
+    (a `ui.pace.SlowBudget`, where a slow model is offered) what a run on a slow model may take."""
     budget = budget or runs.BUDGET
-    return (f"{DECODE_CONCURRENCY} requests decode at once; while both are busy, a new one waits in the queue (the "
+    note = (f"{DECODE_CONCURRENCY} requests decode at once; while both are busy, a new one waits in the queue (the "
             f"run's outputs show its place in the queue and the seconds waited) until one of them ends: at most "
             f"{budget.seconds:g} s when no other request is waiting ahead of it.")
+    if slow is None:
+        return note
+    return (f"{note} A model that takes {slow.from_seconds:g} s or more per forward (measured on its first run) "
+            f"may use {slow.forwards} forwards and up to {slow.most_seconds:g} s per run instead, and a wait as long.")
+
+
+def maybe_slow(models) -> bool:
+    """Is a model offered that may take seconds per forward (on the CPU, one too large for fp32: `ui.models`)?"""
+    return models.rt.kind == "cpu" and any(str(m.dtype) != "torch.float32" for m in models.offered)
 
 
 def settings(models) -> Settings:
@@ -184,7 +203,8 @@ def settings(models) -> Settings:
                                 elem_id="temperature")
         seed = gr.Number(value=0, precision=0, label="seed", elem_id="seed")
     ghost = gr.Checkbox(value=False, label="ghost: show the model's current guess inside masks", elem_id="ghost")
+    waits = wait_note(slow=pace.SLOW if maybe_slow(models) else None)
     gr.Markdown(f"Each request may use {runs.BUDGET.describe()}; a run that reaches it stops and keeps what it wrote. "
-                f"{wait_note()} This tab keeps its last run for an hour.", elem_id="budget-note")
+                f"{waits} This tab keeps its last run for an hour.", elem_id="budget-note")
     return Settings(model, presets, tau_mask, edit, tau_edit, block_length, gen_length, mbe_window, max_post_steps,
                     temperature, seed, ghost)

@@ -24,11 +24,13 @@ from ..frame import Throttle, frame, problem, refusing
 from ..knows import knows, scope_hint
 from ..render import canvas, charts, tables
 from ..render.live import LiveCanvas, patch_value, replay_value, scrub_value
+from ..pace import pace_of, pace_sentence, working_line
 from ..runs import LiveRun, start
 from ..settings import Request, RunSettings, check_flag, check_prompt, check_settings, presets_of
 
 CANVAS_FPS, CHART_FPS = 15.0, 1.0
 STOP_WAIT_S = 3.0  # how long Stop waits for the cancelled run to close its engine
+WORKING_TICK_S = 1.0  # while a slow forward runs, the progress line is redrawn this often
 
 
 class RunFrame(NamedTuple):
@@ -123,8 +125,10 @@ def _stream(run: LiveRun, ghost: bool, hint: str = ""):
     error = ""
     try:
         yield _live_frame(run, live, figures=False)  # the prompt and its masks, before the first forward
-        for record in run.records:
-            if record.kind == "decode" and frames.due():
+        for record in _records_or_ticks(run):
+            if record is None:  # a forward still running: say how far it is
+                yield frame(RunFrame, stats=_working(run))
+            elif record.kind == "decode" and frames.due():
                 yield _live_frame(run, live, figures=chart_due.due())
         run.close("done")
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error, the run kept as stopped
@@ -150,13 +154,36 @@ def stopped_ui(trace: Trace | None, ghost) -> RunFrame:
     return final_frame(trace, ghost)
 
 
+def _records_or_ticks(run: LiveRun):
+    """The run's records, and None every WORKING_TICK_S while a forward runs (`ui.pace.Ahead`)."""
+    while True:
+        if run.ahead is not None:
+            while not run.ahead.ready(WORKING_TICK_S):
+                yield None
+        record = next(run.records, None)
+        if record is None:
+            return
+        yield record
+
+
+def _working(run: LiveRun) -> str:
+    """The stats line with the progress of the forward in flight under it."""
+    pace, ahead = pace_of(run.pipe), run.ahead
+    line = working_line(run.trace.forwards, time.monotonic() - ahead.asked_at, pace.layer, pace.layers,
+                        pace.per_forward)
+    return f"{tables.stats_line(run.trace, live=True)}  \n<small>{line}</small>"
+
+
 def engine_line(run: LiveRun) -> str:
-    """Which MoE engine the run's model runs, as a visitor reads it (`tables.engine_sentence`); "" if unknown.
-    The full reason and self-check are in the API's stats (`engine`) and the server log."""
+    """Which MoE engine the run's model runs, as a visitor reads it (`tables.engine_sentence`), and what to expect
+    of a slow model (`ui.pace.pace_sentence`); "" if unknown. The full reason and self-check are in the API's
+    stats (`engine`) and the server log."""
     report = getattr(run.pipe, "engine", None)
+    pace = pace_sentence(pace_of(run.pipe).per_forward)
     if report is None:
-        return ""
-    return tables.engine_sentence(report.to_dict(), str(getattr(run.pipe.model, "device", "")))
+        return pace
+    sentence = tables.engine_sentence(report.to_dict(), str(getattr(run.pipe.model, "device", "")))
+    return f"{sentence} {pace}".strip()
 
 
 def partial_text(run: LiveRun) -> str:

@@ -16,6 +16,7 @@ from . import controls
 from .replay import SPEEDS
 
 COMPARE_HINT = "Press Compare S vs Q (beside Generate): the %s run of the prompt is drawn here, step by step."
+EDIT_LOG_LABEL = "Edit log: every T2T and MBE edit, and LLaDA2.2's deletes and inserts"
 
 
 def _canvas_box(html: str, elem_id: str) -> gr.HTML:
@@ -124,7 +125,7 @@ def charts_view() -> RunCharts:
     with gr.Accordion("Why was a token drafted or edited when it was? Confidence per position and step",
                       open=True, elem_id="heatmap-box"):
         heatmap = gr.Plot(elem_id="chart-confidence", show_label=False)
-    edit_log = gr.Dataframe(tables.edit_log(None), label="Edit log: every T2T and MBE edit", elem_id="edit-log",
+    edit_log = gr.Dataframe(tables.edit_log(None), label=EDIT_LOG_LABEL, elem_id="edit-log",
                             interactive=False, max_height=300)
     with gr.Row():
         export = gr.Button("Export trace (JSON) and HTML replay", elem_id="export", size="sm")

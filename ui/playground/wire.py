@@ -86,7 +86,7 @@ def _wire_run(models: Models, ctrl: Controls, shown: RunView, charts: RunCharts,
         start(player.pause, None, shown.timer, **PRIVATE, **REPLAY)
     event = ctrl.generate.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     event.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
-    picked = examples.click(refusing(controls.example_values), [examples], _named(ctrl, controls.EXAMPLE_INPUTS),
+    picked = examples.click(refusing(controls.example_values), [examples], _named(ctrl, controls.EXAMPLE_SETS),
                             **PRIVATE, **REPLAY)
     example = picked.then(lambda path, mode: controls.apply_mode(models.checked_path(path), mode, with_block=False),
                           [ctrl.model, ctrl.mode], _named(ctrl, PRESET_OUTPUTS), **PRIVATE, **REPLAY)

@@ -5,7 +5,13 @@ States (the `data-state` of each `.tok`, styled by assets/style.css):
 * `prompt` — a prompt token; `mask` — still masked (drawn in the active block, counted beyond it);
 * `draft` — filled from a mask at the shown step (M2T); `edit` — replaced at the shown step inside the
   active block (T2T), drawn as old → new; `mbe` — replaced at the shown step in an earlier block;
-* `stable` — a generated token that did not change at the shown step.
+* `stable` — a generated token that did not change at the shown step;
+* `insert` — a mask a SPLIT opened at the shown step (LLaDA2.2): its gap opens, the text after it moved right;
+* `delete` — not a position: a token DELETE removed at the shown step (LLaDA2.2), drawn struck out (a
+  `.gone` element, no `.tok`) just before the cell that took its place, its gap then closing.
+
+A LLaDA2.2 step records its changes at the positions before its moves; the canvas draws them where their
+tokens landed (ui/render/moves.py).
 
 What keeps a long run readable: masks of later blocks and the tail past the output are counted, not
 drawn; a run of EOS after the output collapses into its first EOS (`×N`); a long prompt is folded
@@ -26,15 +32,18 @@ from dataclasses import dataclass, field
 from html import escape
 
 from llada.presets import tau_text
-from llada.trace import Change, StepRecord, Trace
+from llada.trace import Change, Delete, StepRecord, Trace
+
+from .moves import NO_MOVES, Moves, moves_of
 
 TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
 PROMPT_ENDS = 24  # a prompt longer than 3x this shows its first and last PROMPT_ENDS tokens
-STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable")
+STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable", "insert", "delete")
 STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
 WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
-          ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"))
+          ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"),
+          ("insert", "inserted mask (SPLIT, 2.2)"), ("delete", "deleted (DELETE, 2.2)"))
 GLYPHS = {" ": "·", "\t": "⇥", "\n": "↵\n"}  # whitespace made visible; a newline still breaks the line
 
 
@@ -56,6 +65,7 @@ class View:
     ghost: bool
     now: dict[int, tuple[str, Change]] = field(default_factory=dict)  # pos -> (state, change) at this step
     joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
+    moves: Moves = NO_MOVES  # what the shown step moved (LLaDA2.2)
 
     @property
     def B(self) -> int:
@@ -66,8 +76,10 @@ def view(trace: Trace, step: int, ghost: bool = False) -> View:
     step = max(0, min(step, trace.steps))
     tokens, record = trace.tokens_at(step), trace.step_record(step)
     active = record.block if record else trace.prompt_length // trace.block_length
-    now = {c.pos: (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
-    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now)
+    moves = moves_of(record)
+    now = {moves.at(c.pos): (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
+    now.pop(None, None)  # a token written, then pushed out of its block by a SPLIT
+    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now, moves=moves)
 
 
 def output_end(trace: Trace, tokens: list[int]) -> int:
@@ -86,6 +98,8 @@ def _state(v: View, pos: int) -> str:
         return "prompt"
     if pos in v.now:
         return v.now[pos][0]
+    if pos in v.moves.inserted:
+        return "insert"
     return "mask" if v.tokens[pos] == v.trace.mask_id else "stable"
 
 
@@ -104,7 +118,7 @@ def _in_eos_run(v: View, pos: int) -> bool:
 def _hidden(v: View, pos: int, state: str) -> str:
     """Why a cell is not drawn ('' when it is): far, tail, run or fold."""
     block = pos // v.B
-    if state == "mask" and block > v.active:
+    if state in ("mask", "insert") and block > v.active:
         return "far"
     if pos >= v.end + TAIL_SHOWN and block != v.active:
         return "tail"
@@ -185,7 +199,7 @@ def cell_html(v: View, pos: int) -> str:
     hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
     classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
     attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
-             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p))}"']
+             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p) + _gone_note(v, pos))}"']
     if p is not None:
         attrs.append(f'style="--p:{p:.3f}"')
         if state in ("draft", "edit", "mbe"):
@@ -195,14 +209,37 @@ def cell_html(v: View, pos: int) -> str:
         attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
         inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
                  + _token_html(v, token, "new", pos))
-    elif state == "mask":
-        guess = v.record.guesses[pos - v.record.window[0]] if v.ghost and v.record and pos // v.B == v.active else None
+    elif state in ("mask", "insert"):
+        guess = _guess(v, pos)
         inner = _token_html(v, guess, "ghost") if guess is not None else ""
     else:
         inner = _token_html(v, token, "txt", pos)
     if token == trace.eos_id and not hidden and (run := _run_length(v, pos)) > 1:
         attrs.append(f'data-run="{run}"')
-    return f"<span {' '.join(attrs)}>{inner}</span>"
+    return "".join(gone_html(v, d) for d in v.moves.gone.get(pos, ())) + f"<span {' '.join(attrs)}>{inner}</span>"
+
+
+def _guess(v: View, pos: int) -> int | None:
+    """The model's guess shown in a mask of the active block (ghost on): the forward's at the position the
+    mask had before the moves; a mask the moves opened was not seen by the forward, so it has none."""
+    if not (v.ghost and v.record and pos // v.B == v.active):
+        return None
+    seen = v.moves.source_of(pos)
+    return None if seen is None else v.record.guesses[seen - v.record.window[0]]
+
+
+def _gone_note(v: View, pos: int) -> str:
+    """A cell's word on the tokens deleted just before it (a phone taps the cell: the struck-out sliver is thin)."""
+    gone = [repr(text(v.trace, d.token)) for d in v.moves.gone.get(pos, ())]
+    return f" · deleted just before it at this step: {', '.join(gone)}" if gone else ""
+
+
+def gone_html(v: View, d: Delete) -> str:
+    """A token DELETE removed at the shown step: struck out where it stood, its gap closing (assets/style.css)."""
+    tip = (f'"{text(v.trace, d.token)}" deleted at step {v.step} (DELETE written at #{d.pos}); '
+           f"the tokens after it moved left")
+    return (f'<span class="gone" data-state="delete" data-was="{d.pos}" title="{escape(tip)}">'
+            f'{_token_html(v, d.token, "old")}</span>')
 
 
 def _tip(v: View, pos: int, state: str, p: float | None) -> str:
@@ -210,11 +247,15 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
     q = f'#{pos} "{text(trace, token)}"'
     if state == "prompt":
         return f"{q} · prompt"
+    if state == "insert":
+        i = v.moves.inserted[pos]
+        return (f'#{pos} mask inserted at step {v.step} (SPLIT written at #{i.pos}): '
+                f'"{text(trace, i.token)}" and the tokens after it moved right')
     if state == "mask":
-        if not (v.ghost and v.record and pos // v.B == v.active):
+        if (guess := _guess(v, pos)) is None:
             return f"#{pos} mask"
-        guess = v.record.guesses[pos - v.record.window[0]]
-        return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={v.record.p_at(pos):.2f}'
+        p_guess = v.record.p_at(v.moves.source_of(pos))
+        return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={p_guess:.2f}'
     if state == "draft":
         tau = trace.settings.threshold
         rule = f"> τ_mask {tau:.2f}" if p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
@@ -223,7 +264,12 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
         how = "T2T edit" if state == "edit" else f"MBE edit of block {pos // v.B}"
         return (f'{q} replaced "{text(trace, v.now[pos][1].old)}" at step {v.step} · {how} · '
                 f"p={p:.2f} > τ_edit {tau_text(trace.settings.editing_threshold, '.2f')}")
-    k, kind, wp = trace.last_write(pos, v.step)
+    write = trace.last_write(pos, v.step)
+    if write is None:  # no change wrote it: a token the moves brought here is always a written one
+        return f"{q} · generated"
+    k, kind, wp = write
+    if kind == "pokes":  # written from outside the run between two forwards (`llada.trace.Poke`)
+        return f"{q} · poked after step {k}"
     return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
 
 
@@ -242,7 +288,9 @@ def step_label(v: View) -> str:
     if r is None:
         return f"step 0/{v.trace.steps} · the prompt and its masks, before the first forward"
     did = [f"{n} {word}" for n, word in ((len(r.drafts), "drafted"), (len(r.edits), "edited (T2T)"),
-                                          (len(r.mbe_edits), "edited in earlier blocks (MBE)")) if n]
+                                          (len(r.mbe_edits), "edited in earlier blocks (MBE)"),
+                                          (len(r.deletes), "deleted (DELETE)"),
+                                          (len(r.inserts), "inserted (SPLIT)")) if n]
     what = ", ".join(did) if did else "checked the block: no change, the block is done"
     return f"step {v.step}/{v.trace.steps} · block {r.block} · {what}"
 
@@ -368,11 +416,12 @@ def patch(trace: Trace, since: int, step: int, ghost: bool = False) -> dict:
 
 
 def next_edit_step(trace: Trace | None, step) -> int | None:
-    """The first step after `step` that edited something (T2T or MBE); None when there is none."""
+    """The first step after `step` that edited something (T2T, MBE, or a LLaDA2.2 insert or delete); None when
+    there is none."""
     if trace is None:
         return None
     for k in range(int(step or 0) + 1, trace.steps + 1):
         record = trace.step_record(k)
-        if record.edits or record.mbe_edits:
+        if record.edits or record.mbe_edits or record.inserts or record.deletes:
             return k
     return None

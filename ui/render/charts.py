@@ -20,8 +20,11 @@ import plotly.graph_objects as go
 from llada.presets import tau_text
 from llada.trace import Trace
 
-KIND_COLOURS = {"drafts": "#22c55e", "edits": "#f59e0b", "mbe_edits": "#a855f7"}  # as in assets/style.css
-KIND_NAMES = {"drafts": "drafts (M2T)", "edits": "edits (T2T)", "mbe_edits": "MBE edits"}
+KIND_COLOURS = {"drafts": "#22c55e", "edits": "#f59e0b", "mbe_edits": "#a855f7",  # as in assets/style.css
+                "inserts": "#db2777", "deletes": "#ef4444"}  # LLaDA2.2's moves
+KIND_NAMES = {"drafts": "drafts (M2T)", "edits": "edits (T2T)", "mbe_edits": "MBE edits",
+              "inserts": "inserts (SPLIT)", "deletes": "deletes (DELETE)"}
+RARE = ("mbe_edits", "inserts", "deletes")  # drawn only when a run made some (MBE off, a 2.1 model)
 RUN_COLOURS = ("#3b82f6", "#ef4444", "#14b8a6", "#eab308")  # one per overlaid run
 RUN_DASH = ("solid", "dot", "dash", "dashdot")
 INK, GRID = "#8b93a1", "rgba(139, 147, 161, 0.25)"  # readable on white and on near-black
@@ -67,7 +70,7 @@ def tpf_points(trace: Trace) -> tuple[list[int], list[float]]:
 
 
 def step_counts(trace: Trace) -> dict[str, list[int]]:
-    """Per decode step: how many drafts, T2T edits and MBE edits it made."""
+    """Per decode step: how many drafts, T2T edits, MBE edits, inserts and deletes it made."""
     decodes = [trace.step_record(k) for k in range(1, trace.steps + 1)]
     return {"step": list(range(1, trace.steps + 1))} | {kind: [len(getattr(r, kind)) for r in decodes]
                                                           for kind in KIND_COLOURS}
@@ -100,7 +103,7 @@ def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
     for i, (label, trace) in enumerate(runs):
         counts = step_counts(trace)
         for kind, colour in KIND_COLOURS.items():
-            if kind == "mbe_edits" and not any(counts[kind]):
+            if kind in RARE and not any(counts[kind]):
                 continue
             name = KIND_NAMES[kind] if len(runs) == 1 else f"{label} {KIND_NAMES[kind]}"
             if len(runs) == 1:

@@ -154,7 +154,8 @@ def reason(trace: Trace, r: StepRecord, c: Change) -> str:
     if write is None:
         return "the model's guess for it changed"
     step, kind, p = write
-    how = f"{'drafted' if kind == 'drafts' else 'last edited'} at step {step} (p {p:.2f})"
+    how = f"{'drafted' if kind == 'drafts' else 'last edited'} at step {step} (p {p:.2f})" if kind != "pokes" \
+        else f"poked after step {step}"
     seen = sum(1 for k in range(step, r.step) for x in trace.step_record(k).changes
                if x.pos != c.pos and r.window[0] <= x.pos < r.window[1])
     if not seen:

@@ -18,7 +18,8 @@ from .canvas import text
 from .narrate import visible
 
 # what a reader compares first comes first: on a phone these columns are read without a sideways swipe
-STATS_COLUMNS = ["run", "answer", "TPF", "forwards", "edits", "block", "tokens", "TPS", "drafts", "MBE edits"]
+STATS_COLUMNS = ["run", "answer", "TPF", "forwards", "edits", "block", "tokens", "TPS", "drafts", "MBE edits",
+                 "inserts", "deletes"]
 EDIT_COLUMNS = ["step", "kind", "p", "old", "new", "position", "block"]
 NO_RUN = ("No run yet: press Generate (or Ctrl+Enter in the prompt) or click an example; this line then counts "
           "forwards, tokens, TPF, TPS, drafts and edits.")
@@ -36,7 +37,12 @@ def stats_line(trace: Trace | None, live: bool = False, engine: str = "") -> str
         f"stopped at forward {s['forwards']}" + (f" ({trace.note})" if trace.note else ""))
     return (f"{state} · forwards {s['forwards']} ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
             f"tokens {s['tokens']} · TPF {s['tpf']:.2f} · TPS {s['tps']:.1f} · drafts {s['drafts']} · "
-            f"edits {s['edits']} · MBE edits {s['mbe_edits']}")
+            f"edits {s['edits']} · MBE edits {s['mbe_edits']}{_moves(s)}")
+
+
+def _moves(stats: dict) -> str:
+    """LLaDA2.2's inserts and deletes, once a run has made one (a 2.1 run never does: its line stays short)."""
+    return f" · inserts {stats['inserts']} · deletes {stats['deletes']}" if stats["inserts"] or stats["deletes"] else ""
 
 
 def engine_sentence(engine: dict, device: str = "") -> str:
@@ -70,7 +76,7 @@ def stats_table(runs: list[tuple[str, Trace]]) -> pd.DataFrame:
     for label, trace in runs:
         s = trace.stats()
         rows.append([label, correctness(trace), round(s["tpf"], 3), s["forwards"], s["edits"], trace.block_length,
-                     s["tokens"], round(s["tps"], 1), s["drafts"], s["mbe_edits"]])
+                     s["tokens"], round(s["tps"], 1), s["drafts"], s["mbe_edits"], s["inserts"], s["deletes"]])
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 
@@ -119,13 +125,26 @@ def _output_why(trace: Trace) -> str:
 
 
 def edit_log(trace: Trace | None) -> pd.DataFrame:
-    """Every edit of the run: step, T2T or MBE, p, old → new, position, block."""
+    """Every edit of the run, in order: step, kind (T2T, MBE, and LLaDA2.2's delete and insert), p, old → new,
+    position (before the step's moves), block. A delete's new text is empty; an insert's is the mask it opened
+    before the token that stays."""
     if trace is None:
         return pd.DataFrame(columns=EDIT_COLUMNS)
-    kinds = {"edits": "T2T", "mbe_edits": "MBE"}
-    rows = [[step, kinds[kind], round(c.p, 3), visible(text(trace, c.old)), visible(text(trace, c.token)), c.pos,
-             c.pos // trace.block_length] for step, kind, c in trace.edit_events()]  # spaces and breaks shown
-    return pd.DataFrame(rows, columns=EDIT_COLUMNS)
+    B, rows = trace.block_length, []
+    for k in range(1, trace.steps + 1):
+        r = trace.step_record(k)
+        rows += [[k, kind, round(c.p, 3), visible(text(trace, c.old)), visible(text(trace, c.token)), c.pos, c.pos // B]
+                 for kind, changes in (("T2T", r.edits), ("MBE", r.mbe_edits)) for c in changes]
+        rows += [[k, "delete", _p(r, d.pos), visible(text(trace, d.token)), "", d.pos, d.pos // B] for d in r.deletes]
+        mask = text(trace, trace.mask_id)
+        rows += [[k, "insert", _p(r, i.pos), visible(text(trace, i.token)), f"{mask} {visible(text(trace, i.token))}",
+                  i.pos, i.pos // B] for i in r.inserts]
+    return pd.DataFrame(rows, columns=EDIT_COLUMNS)  # spaces and breaks shown
+
+
+def _p(record, pos: int) -> float | None:
+    """The model's confidence at `pos` in a step's forward (the p of the DELETE or SPLIT it wrote there)."""
+    return round(record.p_at(pos), 3) if record.window[0] <= pos < record.window[1] and record.confidence else None
 
 
 def _words(text: str) -> list[str]:
