@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from llada.eval.humaneval import decode_problems, fit_gen_length, format_table
+from llada.presets import load_presets
 from llada.eval.humaneval_child import decode, digest, encode, matches
 from llada.eval.humaneval_data import HumanEvalError, load_problems
 from llada.eval.humaneval_prompt import INSTRUCTION, Prompt, build_prompt, code_extract, sanitize, solution_of
@@ -201,7 +202,8 @@ def test_the_embedded_model_run_writes_the_table_and_the_rows(subset_file, tmp_p
             assert {"completion", "solution", "base", "plus", "error", "forwards", "seconds", "check_seconds"} <= set(r)
             assert r["prompt_tokens"] > 0 and r["mode"] == mode and r["gen_length"] == 16
     table = format_table(report)
-    assert "| S | 0.5 | 0 | " in table and "HumanEval+ score \\| TPF" in table
+    s = load_presets(ROOT / "assets" / "model")["S"]  # the model's own S (calibrated), as the table shows it
+    assert f"| S | {s['threshold']:g} | {s['editing_threshold']:g} | " in table and "HumanEval+ score \\| TPF" in table
     assert f"{report['modes']['Q']['humaneval']:.2f} \\| {report['modes']['Q']['tpf']:.2f}" in table
 
 

@@ -82,7 +82,7 @@ def test_spaces_is_imported_first_and_every_model_is_resident_at_start(space, re
     mini = sum(ModelConfig.from_json(replica_dir / "config.json").parameter_counts().values())
     assert {"dtype": "torch.bfloat16", "elements": mini} in [{"dtype": e["dtype"], "elements": e["elements"]}
                                                                for e in moved]  # the mini, in bf16
-    assert len(moved) == 2  # the embedded model and the mini: everything offered is resident
+    assert len(moved) == 3  # the embedded model, the small 2.2 model and the mini: everything offered is resident
     assert not [e for e in events if e["event"] == "gpu_call"]
 
 
