@@ -59,9 +59,11 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     output = page.input_value("#output textarea")
     assert output == "    return zelmivo * zelmivo * zelmivo\n"  # the shipped model's answer, S mode
     # the slow replay starts from step 0 and walks forward on its own
-    page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 1", timeout=60_000)
-    page.wait_for_function("document.querySelector('#canvas').getBoundingClientRect().top"
-                           " < window.scrollY + window.innerHeight", timeout=60_000)  # the canvas is in view
+    # (the canvas element is replaced as frames arrive: each wait reads it afresh and allows a moment without it)
+    page.wait_for_function("(c => c && Number(c.dataset.step) >= 1)(document.querySelector('#canvas'))",
+                           timeout=60_000)
+    page.wait_for_function("(c => c && c.getBoundingClientRect().top < window.scrollY + window.innerHeight)"
+                           "(document.querySelector('#canvas'))", timeout=60_000)  # the canvas is in view
     ink, paper = luminance(page, "#canvas", "color"), luminance(page, "#canvas", "backgroundColor")
     assert (ink > paper + 0.4) if theme == "dark" else (paper > ink + 0.4)  # text reads on its card
     page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=60_000)

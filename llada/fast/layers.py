@@ -84,24 +84,25 @@ class FusedMoE(MoE):
                 and shared.down_proj.weight.shape == moe.experts.w2.shape[1:])
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """h (B, T, H) -> experts(h) + shared(h) [+ residual], (B, T, H), each sum rounded as `MoE`'s."""
-        B, T, H = h.shape
-        flat = h.reshape(B * T, H)
+        """h (B, T, H) or (N, H) -> experts(h) + shared(h) [+ residual], h's shape, each sum rounded as `MoE`'s."""
+        H = h.shape[-1]
+        flat = h.reshape(-1, H)
         ids, w = self.gate(flat, shared=True)  # (B*T, K + 1): the last column the shared expert
-        adds = () if residual is None else (residual.reshape(B * T, H),)
-        return self._experts(flat, ids, w, adds).view(B, T, H)
+        adds = () if residual is None else (residual.reshape(-1, H),)
+        return self._experts(flat, ids, w, adds).view(h.shape)
 
     def forward_add_norm(self, x: torch.Tensor, h: torch.Tensor, norm: nn.Module,
                          next_norm: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """From the residual stream x and the attention's output h, (B, T, H) each: s = x + h, the layer's
-        output s + experts(norm(s)) + shared(norm(s)), and with `next_norm` that norm of the output."""
-        B, T, H = h.shape
-        ids, w, s, normed = self.gate(h.reshape(B * T, H), shared=True, residual=x.reshape(B * T, H),
+        output s + experts(norm(s)) + shared(norm(s)), and with `next_norm` that norm of the output.
+        The row path passes (N, H) instead of (B, T, H): the outputs keep h's shape."""
+        H = h.shape[-1]
+        ids, w, s, normed = self.gate(h.reshape(-1, H), shared=True, residual=x.reshape(-1, H),
                                       norm=norm)  # (B*T, K + 1) x2, (B*T, H) x2
         after = None if next_norm is None else (next_norm.weight, next_norm.eps)
         out = self._experts(normed, ids, w, (s,), after)
         out, ahead = out if after is not None else (out, None)
-        return out.view(B, T, H), None if ahead is None else ahead.view(B, T, H)
+        return out.view(h.shape), None if ahead is None else ahead.view(h.shape)
 
     def _experts(self, x, ids, w, adds, norm=None):
         shared = (self.shared_experts._gate_up(), self.shared_experts.down_proj.weight)  # (2I, H), (H, I)
