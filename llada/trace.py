@@ -25,122 +25,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 from .config import DecodeConfig, padded_length
+# a step's records live in llada/records.py; the names stay importable from here, where traces are read
+from .records import KINDS, MOVES, P_DIGITS, Change, Delete, Insert, Poke, Poked, StepRecord  # noqa: F401
 
 SCHEMA = "llada-trace/3"  # /3 adds inserts, deletes, moved_to to decode records and stop_ids to the trace
 READABLE = ("llada-trace/2", SCHEMA)
-P_DIGITS = 4  # confidences are rounded in JSON: enough to read, keeps exports small
-KINDS = ("drafts", "edits", "mbe_edits")  # the three kinds of change, named alike everywhere
-MOVES = ("inserts", "deletes")  # the two kinds of move (LLaDA2.2), counted beside them
-
-
-class Change(NamedTuple):
-    pos: int  # absolute position (0-based, prompt included)
-    token: int  # the token written
-    old: int  # the token it replaced (the mask id for a draft)
-    p: float  # the confidence that passed the threshold
-
-
-@dataclass(frozen=True)
-class Poke:
-    """An intervention between two forwards: after decode forward `step` (1 = after the first), the token at
-    offset `pos` of the generated region (0 = the first generated position) becomes `token` (an id; the
-    mask id turns the position back into a mask)."""
-
-    step: int
-    pos: int
-    token: int
-
-
-class Poked(NamedTuple):
-    """A poke as the trace holds it, on the record of the forward it followed."""
-
-    pos: int  # absolute position (0-based, prompt included)
-    token: int  # the token written
-    old: int  # the token it replaced
-
-
-class Insert(NamedTuple):
-    """A SPLIT: a mask opens before the token `pos` held; that token is restored after it."""
-
-    pos: int  # where SPLIT was written (before the moves)
-    mask: int  # where the inserted mask is after the moves; -1: pushed out of the block
-    token: int  # the token restored after the mask (what `pos` held before the step)
-
-
-class Delete(NamedTuple):
-    """A DELETE: the token at `pos` is removed and the block's later tokens close the gap."""
-
-    pos: int  # where DELETE was written (before the moves)
-    token: int  # the token removed (what `pos` held before the step)
-
-
-@dataclass
-class StepRecord:
-    """What one forward did. A decode forward drafts and edits; a cache forward only fills the KV cache."""
-
-    kind: str  # "decode" or "cache"
-    phase: str  # decode: "draft" (the active block had masks) or "verify"; cache: "prefill" or "refresh"
-    step: int  # decode forwards so far, this one included (cache records: decode forwards before it)
-    block: int  # the active block
-    block_step: int  # decode forwards inside this block, this one included (0 for cache forwards)
-    window: tuple[int, int]  # [start, end) scored by this forward (MBE blocks + active block)
-    active: tuple[int, int]  # [start, end) of the active block
-    drafts: list[Change] = field(default_factory=list)  # masks filled (M2T)
-    edits: list[Change] = field(default_factory=list)  # tokens replaced in the active block (T2T)
-    mbe_edits: list[Change] = field(default_factory=list)  # tokens replaced in earlier blocks (MBE)
-    inserts: list[Insert] = field(default_factory=list)  # masks inserted by SPLIT (LLaDA2.2)
-    deletes: list[Delete] = field(default_factory=list)  # tokens removed by DELETE (LLaDA2.2)
-    moved_to: list[int] = field(default_factory=list)  # active position -> its position after the moves (-1
-    # gone); empty when nothing moved
-    pokes: list[Poked] = field(default_factory=list)  # written from outside after this forward (see `Poke`)
-    guesses: list[int] = field(default_factory=list)  # the model's token at every window position
-    confidence: list[float] = field(default_factory=list)  # its probability p, same order
-    seconds: float = 0.0  # engine time of this forward and its decision (the consumer's time excluded)
-
-    @property
-    def changes(self) -> list[Change]:
-        return self.drafts + self.edits + self.mbe_edits
-
-    def p_at(self, pos: int) -> float:
-        return self.confidence[pos - self.window[0]]
-
-    def to_dict(self) -> dict:
-        out = {"kind": self.kind, "phase": self.phase, "step": self.step, "block": self.block,
-               "block_step": self.block_step, "window": list(self.window), "active": list(self.active),
-               "seconds": round(self.seconds, 6)}
-        if self.kind == "decode":
-            out |= {k: [[c.pos, c.token, c.old, round(c.p, P_DIGITS)] for c in getattr(self, k)] for k in KINDS}
-            out |= {"inserts": [list(i) for i in self.inserts], "deletes": [list(d) for d in self.deletes],
-                    "moved_to": self.moved_to}
-            if self.pokes:
-                out["pokes"] = [list(p) for p in self.pokes]
-            out |= {"guesses": self.guesses, "confidence": [round(c, P_DIGITS) for c in self.confidence]}
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepRecord":
-        changes = {k: [Change(*c) for c in d.get(k, [])] for k in KINDS}
-        return cls(kind=d["kind"], phase=d["phase"], step=d["step"], block=d["block"], block_step=d["block_step"],
-                   window=tuple(d["window"]), active=tuple(d["active"]), guesses=d.get("guesses", []),
-                   confidence=d.get("confidence", []), seconds=d["seconds"], **changes,
-                   inserts=[Insert(*i) for i in d.get("inserts", [])],
-                   deletes=[Delete(*x) for x in d.get("deletes", [])], moved_to=list(d.get("moved_to", [])),
-                   pokes=[Poked(*p) for p in d.get("pokes", [])])
-
-    def move(self, view: list[int], mask_id: int) -> None:
-        """Apply this step's moves to `view` (the sequence after its changes), in place."""
-        if not self.moved_to:
-            return
-        a0, a1 = self.active
-        block, view[a0:a1] = view[a0:a1], [mask_id] * (a1 - a0)
-        for token, to in zip(block, self.moved_to):
-            if to >= 0:
-                view[to] = token
-
-
 def output_ids(tokens: list[int], prompt_length: int, gen_length: int, mask_id: int, eos_id: int,
                stop_ids: tuple[int, ...] = ()) -> list[int]:
     """The generated tokens, cut after the first EOS or stop id (inclusive) and before the first mask."""

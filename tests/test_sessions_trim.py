@@ -36,7 +36,7 @@ def test_the_thread_starts_once_and_trims_on_its_own():
     first = trimmer._thread
     deadline = time.monotonic() + 60
     while trimmer.trims < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # waits for the next trim: polled until two have run, bounded by the deadline
     assert trimmer.trims >= 2 and trimmer._thread is first
 
 
