@@ -1,6 +1,6 @@
 """One command that spends a short GPU lease in full and brings everything back in a few files.
 
-    python -m llada.bench lease --budget SECONDS --out DIR [--plan engine] [--dry-run]
+    python -m llada.bench lease --budget SECONDS --out DIR [--plan engine|train|both] [--dry-run]
 
 A preflight first (`llada.bench.preflight`: versions, the GPU, one Triton kernel compiled and run; a
 broken stack fails there in seconds and nothing else is started). Then the plan's parts in order, each
@@ -9,13 +9,19 @@ overruns is killed with its process group and recorded as timed out, a part that
 with its exit status and the last lines of its output, a part that no longer fits is recorded as
 skipped; the next part runs in every case. The command never runs past --budget.
 
-DIR only ever holds at most four files, each under 16 MiB (what a lease brings back: 8 files of 16 MiB):
+DIR only ever holds at most eight files, each under 16 MiB (what a lease brings back: 8 files of 16 MiB):
 
     lease-summary.json   rewritten after every part: `parts` (what ran, how long, what it measured, what
                          failed and why), `figures` (each measured number beside its target and the paper's)
     lease.log            every part's output, appended as each part ends
     lease-parts.tar.gz   the rest, written at the end: each part's JSON and log, the tuned table
     tuned-<gpu>.json     the compact tune's table (`llada/fast/kernels/tuned/` format), when the tune ran
+    lease-model.tar.NN   the model the train part trained (`lease_train`), cut into chunks under 16 MiB:
+                         `cat lease-model.tar.* | tar -x` gives its folder `train/`
+
+Plans: `engine` (the checks, the mini's forwards, the MoE layer, decode, a compact tune, the GPU tests),
+`train` (training alone) and `both` (the engine's parts on tighter caps, without the tune, with training
+after the bf16 forward).
 
 The parts' own files live in a scratch folder until the end. `--dry-run` runs the same parts on the CPU
 with tiny shapes and the Triton kernels under TRITON_INTERPRET=1: what CI checks.
@@ -99,7 +105,31 @@ def test_commands(files: list[str]) -> list[list[str]]:
     return [base + group for group in groups]
 
 
-PLANS = {"engine": engine_parts}
+def train_part(work: Path, dry_run: bool, cap_s: float = 240) -> Part:
+    return Part("train", "the Python-writing model trained on this GPU from the carried corpus (`lease_train`)",
+                [[sys.executable, "-m", "llada.bench.lease_train", str(work / "train.json")]
+                 + (["--dry-run"] if dry_run else [])], cap_s, min_s=100 if not dry_run else 10, out="train.json")
+
+
+def train_plan(work: Path, dry_run: bool) -> list[Part]:
+    return [train_part(work, dry_run, cap_s=480)]
+
+
+BOTH_CAPS = {"self-check": 60, "forward-bf16": 80, "forward-fp8": 70, "moe": 50, "decode": 60, "tests": 200}
+
+
+def both_plan(work: Path, dry_run: bool) -> list[Part]:
+    """One lease for both: the engine's checks and forwards, training in the middle, the rest after; no tune."""
+    engine = {p.name: p for p in engine_parts(work, dry_run)}
+    for name, cap in BOTH_CAPS.items():
+        engine[name].cap_s = cap
+    order = ["self-check", "forward-bf16", "train", "forward-fp8", "moe", "decode", "tests"]
+    return [train_part(work, dry_run, cap_s=230) if n == "train" else engine[n] for n in order]
+
+
+PLANS = {"engine": engine_parts, "train": train_plan, "both": both_plan}
+MODEL_DIR, MODEL_TAR = "train", "lease-model.tar"  # the trained model's folder in the scratch, its chunks' stem
+MODEL_SKIP = {"resume.pt", "rows.pt", "rows.json"}  # what the trained folder holds that need not come back
 
 
 class Lease:
@@ -109,7 +139,8 @@ class Lease:
         self.start, self.budget = time.monotonic(), args.budget
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        for old in [self.out / n for n in (SUMMARY, LOG, TAR)] + list(self.out.glob("tuned-*.json")):
+        for old in [self.out / n for n in (SUMMARY, LOG, TAR)] + [*self.out.glob("tuned-*.json"),
+                                                              *self.out.glob("lease-model.tar.*")]:
             old.unlink(missing_ok=True)  # an earlier lease's files: DIR holds this one's alone
         self.work = Path(tempfile.mkdtemp(prefix="lease-"))
         self.env = os.environ | ({"TRITON_INTERPRET": "1"} if args.dry_run else {}) | {"PYTHONUNBUFFERED": "1"}
@@ -154,7 +185,8 @@ class Lease:
         begun = time.monotonic()
         outputs = [open(log, "w") for log in logs]
         try:
-            procs = [subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
+            env = self.env | {"LEASE_PART_DEADLINE": f"{time.time() + room:.1f}"}
+            procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
                      for argv, output in zip(part.argvs, outputs)]
         except OSError as err:  # the interpreter or a folder is missing: nothing ran
@@ -250,6 +282,7 @@ def pack(lease: Lease) -> None:
         name = f"tuned-{device_slug(gpu)}.json"
         shutil.copyfile(tuned, lease.out / name)
         files.append(name)
+    files += pack_model(lease)
     members = sorted((p for p in lease.work.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
     left_out = []
     while True:
@@ -266,6 +299,26 @@ def pack(lease: Lease) -> None:
     lease.write_summary()
 
 
+def pack_model(lease: Lease) -> list[str]:
+    """A trained model's folder as `lease-model.tar.00`, `.01`, ... each under FILE_LIMIT (join them with cat)."""
+    folder = lease.work / MODEL_DIR
+    if not folder.is_dir() or not (folder / "config.json").exists():
+        return []
+    whole = lease.work / MODEL_TAR
+    with tarfile.open(whole, "w") as tar:  # bf16 shards do not compress
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and p.name not in MODEL_SKIP and "checkpoint" not in p.relative_to(folder).parts[0]:
+                tar.add(p, arcname=f"{MODEL_DIR}/{p.relative_to(folder)}")
+    names = []
+    with open(whole, "rb") as src:
+        while chunk := src.read(FILE_LIMIT - 4096):
+            names.append(f"{MODEL_TAR}.{len(names):02d}")
+            (lease.out / names[-1]).write_bytes(chunk)
+    whole.unlink()
+    lease.summary["model_chunks"] = {"files": names, "join": f"cat {MODEL_TAR}.* | tar -x"}
+    return names
+
+
 def _cap_log(log: Path) -> None:
     """Keep the lease log under FILE_LIMIT: its head and its tail."""
     if log.exists() and log.stat().st_size > FILE_LIMIT:
@@ -277,7 +330,7 @@ def _cap_log(log: Path) -> None:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llada.bench lease", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=float, required=True, help="seconds the whole command may take")
-    parser.add_argument("--out", required=True, help="folder for the (at most four) files that come back")
+    parser.add_argument("--out", required=True, help="folder for the (at most eight) files that come back")
     parser.add_argument("--plan", choices=list(PLANS), default="engine", help="which parts to run")
     parser.add_argument("--dry-run", action="store_true", help="the same parts on the CPU with tiny shapes")
     args = parser.parse_args(argv)
