@@ -109,3 +109,40 @@ def test_a_world_size_that_does_not_divide_the_experts_is_one_error(fixture_dir)
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, out.stderr  # rank 0 says it; the others exit quietly
     assert "16 experts over 3 ranks leaves 1 over" in errors[0]
+
+
+RANK_SCRIPT = '''
+import json, sys, torch
+from llada.dist.group import RankError, Ranks
+
+ranks = Ranks.start(torch.device("cpu"))
+out = {}
+try:  # rank 1 alone brings an error (a checkpoint it could not read, say): every rank hears of it
+    ranks.agree(ValueError("only here") if ranks.rank == 1 else None)
+except RankError as err:
+    out["agree"] = str(err)
+out["decided"] = ranks.decided(lambda: f"rank {ranks.rank} decides")  # only rank 0 runs it
+def fails():
+    raise ValueError("no decision")
+try:
+    ranks.decided(fails)
+except (RankError, ValueError) as err:
+    out["failed"] = f"{type(err).__name__}: {err}"
+ranks.agree(None)
+ranks.stop()
+json.dump(out, open(f"{sys.argv[1]}/rank{ranks.rank}.json", "w"))
+'''
+
+
+def test_ranks_agree_on_errors_and_take_rank_0s_decisions(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
+                         capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [o["agree"] for o in outs] == ["rank 1 failed: ValueError: only here"] * 2
+    assert [o["decided"] for o in outs] == ["rank 0 decides"] * 2
+    assert outs[0]["failed"] == "ValueError: no decision"  # raised on rank 0 as it is
+    assert outs[1]["failed"] == "RankError: rank 0 failed: ValueError: no decision"
