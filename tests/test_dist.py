@@ -146,3 +146,17 @@ def test_ranks_agree_on_errors_and_take_rank_0s_decisions(tmp_path):
     assert [o["decided"] for o in outs] == ["rank 0 decides"] * 2
     assert outs[0]["failed"] == "ValueError: no decision"  # raised on rank 0 as it is
     assert outs[1]["failed"] == "RankError: rank 0 failed: ValueError: no decision"
+
+
+def test_a_rank_is_sized_by_its_share_of_the_experts():
+    from llada.config import ModelConfig
+    from llada.weights.memory import GIB, does_not_fit, weight_bytes
+    from llada.weights.replica import replica_config
+
+    flash = ModelConfig.from_dict(replica_config("flash"))
+    experts = flash.parameter_counts()["routed_experts"] * 2  # bf16 bytes
+    whole, half = weight_bytes(flash, torch.bfloat16), weight_bytes(flash, torch.bfloat16, world=2)
+    assert whole - half == experts // 2  # one rank holds half the routed experts, all the rest
+    assert does_not_fit(flash, torch.bfloat16, "cpu", room=140 * GIB, world=2) is None  # fits a 141 GB H200
+    why = does_not_fit(flash, torch.bfloat16, "cpu", room=80 * GIB, world=2)
+    assert why is not None and "GiB per rank of 2 in bfloat16" in why

@@ -42,7 +42,7 @@ from torch import nn
 
 from . import fp8_format, int8_format, memory
 from ..config import ConfigError, ModelConfig, read_json
-from ..dist.experts import shard_experts
+from ..dist.experts import expert_slice, shard_experts
 from ..model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 
@@ -219,6 +219,11 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         raise CheckpointError(f"{root}: expert parallel loading reads plain weights; quantize={quantize!r} "
                               "across ranks is not supported yet (load without --quantize)")
     quantize = None if ranks is not None else quantize  # "auto" across ranks: each rank's slice as saved
+    world = 1 if ranks is None else ranks.world
+    try:
+        expert_slice(cfg.num_experts, 0, world)  # a world that cannot split the experts: refused before all else
+    except ValueError as err:
+        raise CheckpointError(f"{root / 'config.json'}: {err}") from None
     stored = _stored(root, raw, device, None if quantize == "auto" else quantize)
     if quantize == "auto":
         quantize = stored or memory.auto_quantize(cfg, device, dtype)
@@ -227,7 +232,7 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
                               "load bf16, or fp8 on a GPU with FP8")
     dtype = dtype or memory.default_dtype(cfg, device, quantize)
-    why = memory.does_not_fit(cfg, dtype, device, quantize)
+    why = memory.does_not_fit(cfg, dtype, device, quantize, world=world)
     if why:
         raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
     with torch.device("meta"):
@@ -235,10 +240,7 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
     if ranks is not None:
         if stored:
             raise CheckpointError(f"{root}: holds {stored} weights; expert parallel loading reads plain weights")
-        try:
-            shard_experts(model, ranks.rank, ranks.world)
-        except ValueError as err:
-            raise CheckpointError(f"{root / 'config.json'}: {err}") from None
+        shard_experts(model, ranks.rank, ranks.world)
     if stored:  # the quantized tensors and their scales are tensors of the files, read as they are
         (_fp8_experts if stored == "fp8" else int8_format.swap_modules)(model)
         slots = _checked(plan(root, model), model, stored)
