@@ -32,9 +32,10 @@ FIXTURE_RUN = ["--prompt-ids", "1,2,3,4,5", "--mask-id", "258", "--eos-id", "257
 
 
 @pytest.fixture(scope="module")
-def replica(tmp_path_factory) -> Path:
-    """A tiny LLaDA2.1 replica in the real format: 3 shards, per-expert tensor names, a tokenizer."""
-    return write_replica(tmp_path_factory.mktemp("replica") / "tiny", shape="tiny", seed=3)
+def replicas(tmp_path_factory) -> dict[str, Path]:
+    """Tiny LLaDA2.1 and LLaDA2.2 replicas in the real format: 3 shards, per-expert tensor names, a tokenizer."""
+    root = tmp_path_factory.mktemp("replicas")
+    return {v: write_replica(root / v, shape="tiny", seed=3, version=v) for v in ("2.1", "2.2")}
 
 
 def torchrun(ranks: int, *args: str) -> subprocess.CompletedProcess:
@@ -87,9 +88,9 @@ def test_float64_is_refused_off_the_cpu(fixture_dir, capsys):
     assert "--dtype float64 runs on the CPU only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("which", ["fixture", "replica"])
-def test_two_ranks_in_float64_decode_as_one_process(which, fixture_dir, replica):
-    model = fixture_dir if which == "fixture" else replica
+@pytest.mark.parametrize("which", ["fixture", "2.1", "2.2"])  # 2.2: block routing and the Levenshtein rule
+def test_two_ranks_in_float64_decode_as_one_process(which, fixture_dir, replicas):
+    model = fixture_dir if which == "fixture" else replicas[which]
     args = [*FIXTURE_RUN, "--dtype", "float64", "--json"] if which == "fixture" else \
         ["--prompt", "def add(a, b):", "--gen-length", "32", "--dtype", "float64", "--json"]
     alone = one_process(model, *args)
