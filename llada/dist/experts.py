@@ -7,7 +7,9 @@ replicated: a decode forward scores a 32-token block, too few to be worth sendin
 ranks with an all-to-all), routes them all with its full copy of the router, keeps the (token, expert) pairs
 whose expert it holds, runs them, and adds each pair's weighted output into a (T, H) buffer of zeros. One
 all-reduce (a sum) of that buffer gives every rank the routed experts' output; the shared expert and the
-residual are added after it, on every rank, as in one process.
+residual are added after it, on every rank, as in one process. The buffer is fp32 for a bf16 model (the
+all-reduce moves twice the bytes) so that a token's experts are summed in fp32 and rounded once, as one
+process sums them; in bf16 each rank's partial sum would be rounded before the all-reduce adds them.
 
 What is split and what is replicated, and why: the routed experts are ~95% of an MoE model's bytes (LLaDA2.1-
 flash: 256 experts of 8 active per token), so splitting them alone brings each rank's share near 1/W of the
@@ -40,12 +42,13 @@ class ShardedExperts(Experts):
         local = ids - self.first_expert  # (T, K)
         mine = (local >= 0) & (local < self.w13.shape[0])
         token, k = mine.nonzero(as_tuple=True)  # (P,) each: this rank's pairs, in (token, k) order
-        out = x.new_zeros(x.shape)  # (T, H)
+        wide = torch.promote_types(x.dtype, torch.float32)  # sums in fp32 at least, rounded to x's dtype once
+        out = x.new_zeros(x.shape, dtype=wide)  # (T, H)
         if token.numel():
             y = super().forward(x[token], local[token, k][:, None], weights[token, k][:, None])  # (P, H) weighted
-            out.index_add_(0, token, y)
+            out.index_add_(0, token, y.to(wide))
         dist.all_reduce(out)  # the sum over the ranks' slices
-        return out
+        return out.to(x.dtype)
 
 
 def shard_experts(model: LLaDA2MoE, rank: int, world: int) -> LLaDA2MoE:
