@@ -120,14 +120,22 @@ def run_generate(args, ranks=None) -> list[dict]:
     import torch
 
     from .pipeline import Pipeline
+    from .weights.checkpoint import CheckpointError
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.dtype == "float64" and torch.device(device).type != "cpu":
         raise ValueError(f"--dtype float64 runs on the CPU only (exact comparisons); this run is on {device}")
-    pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
-                         device=device, mask_id=args.mask_id, eos_id=args.eos_id,
-                         quantize=None if args.quantize == "none" else args.quantize,
-                         progress=ranks is None or ranks.lead, engine=args.engine, ranks=ranks)
+    try:
+        pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+                             device=device, mask_id=args.mask_id, eos_id=args.eos_id,
+                             quantize=None if args.quantize == "none" else args.quantize,
+                             progress=ranks is None or ranks.lead, engine=args.engine, ranks=ranks)
+    except (CheckpointError, ValueError) as err:
+        if ranks is not None:
+            ranks.agree(err)  # RankError on every rank: none goes on to a forward the others never join
+        raise
+    if ranks is not None:
+        ranks.agree(None)  # every rank loaded its slice (a rank that failed has said so above)
     if args.batch_size is not None and args.prompts_file is None:
         raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)

@@ -161,3 +161,22 @@ def test_a_rank_is_sized_by_its_share_of_the_experts():
     assert does_not_fit(flash, torch.bfloat16, "cpu", room=140 * GIB, world=2) is None  # fits a 141 GB H200
     why = does_not_fit(flash, torch.bfloat16, "cpu", room=80 * GIB, world=2)
     assert why is not None and "GiB per rank of 2 in bfloat16" in why
+
+
+def test_a_checkpoint_only_one_rank_cannot_read_stops_every_rank(fixture_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    raw = json.loads((fixture_dir / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(raw | {"moe_intermediate_size": 48}))  # shapes the file lacks
+    (broken / "model.safetensors").symlink_to(fixture_dir / "model.safetensors")
+    script = tmp_path / "one_rank_broken.py"
+    script.write_text("import os, sys\nfrom llada.__main__ import main\n"
+                      f"model = {str(fixture_dir)!r} if os.environ['RANK'] == '0' else {str(broken)!r}\n"
+                      f"sys.exit(main(['generate', '--model', model, *{FIXTURE_RUN!r}]))\n")
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(script)],
+                         capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    assert run.returncode != 0
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, run.stderr  # rank 0, which loaded its slice, reports rank 1's error
+    assert errors[0].startswith("error: rank 1 failed: CheckpointError:") and "has shape" in errors[0], errors[0]

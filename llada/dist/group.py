@@ -61,12 +61,15 @@ class Ranks:
     def agree(self, error: BaseException | None) -> None:
         """A barrier carrying each rank's error: RankError on every rank when any rank brought one."""
         errors: list[tuple[bool, str] | None] = [None] * self.world
-        mine = None if error is None else (isinstance(error, RankError), f"{type(error).__name__}: {error}")
+        echo = isinstance(error, RankError)  # an error the ranks agreed on already (it names its rank)
+        mine = None if error is None else (echo, str(error) if echo else f"{type(error).__name__}: {error}")
         dist.all_gather_object(errors, mine)
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]
         if failed:
-            first_hand = [(r, text) for r, (echo, text) in failed if not echo]  # an echo repeats another's error
-            failed = first_hand or [(r, text) for r, (_, text) in failed]
+            first_hand = [(r, text) for r, (again, text) in failed if not again]
+            if not first_hand:  # only echoes: rank 0's (the lowest failed rank's) message, as it was
+                raise RankError(errors[failed[0][0]][1])
+            failed = first_hand
             if len({e for _, e in failed}) == 1 and len(failed) == self.world:  # every rank, one reason
                 raise RankError(f"every rank failed: {failed[0][1]}")
             raise RankError("; ".join(f"rank {r} failed: {e}" for r, e in failed))
