@@ -147,24 +147,16 @@ def _result(pipe, trace, with_pokes: bool = False) -> dict:
     if pipe.tokenizer is not None:
         out["text"] = trace.text
     if with_pokes:  # only with --poke: without it the object is the one a batch row gets
-        out["pokes"] = [{"step": step, "pos": p.pos - trace.prompt_length, "old": p.old, "new": p.token}
-                        for step, p in trace.pokes]
+        out["pokes"] = trace.poke_list()
     return out
 
 
 def _poke(pipe, text: str):
     """A `--poke STEP:POS:TOKEN` as a `Poke` (ValueError naming what is wrong; the run checks the rest)."""
-    from .trace import Poke
+    from .records import read_poke
 
-    parts = text.split(":", 2)
-    if len(parts) != 3:
-        raise ValueError(f"--poke {text!r}: expected STEP:POS:TOKEN, e.g. 3:0:mask")
     try:
-        step, pos = int(parts[0]), int(parts[1])
-    except ValueError:
-        raise ValueError(f"--poke {text!r}: STEP and POS must be whole numbers") from None
-    try:
-        return Poke(step, pos, pipe.poke_token(parts[2]))
+        return read_poke(text, pipe.poke_token)
     except ValueError as err:
         raise ValueError(f"--poke {text!r}: {err}") from None
 

@@ -360,11 +360,12 @@ class SharedBatch:
             with self.lock:
                 self.feed(self.batch)
 
-    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None) -> int:
-        """A new row (ValueError now when it does not fit); its index for `row` (`may_continue`: see
-        `BatchDecoder.add`)."""
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None,
+            pokes: list[Poke] | tuple[Poke, ...] = ()) -> int:
+        """A new row (ValueError now when it or its pokes do not fit); its index for `row` (`may_continue`,
+        `pokes`: see `BatchDecoder.add`)."""
         with self.lock:
-            index = self.batch.add(prompt_ids, cfg, may_continue)
+            index = self.batch.add(prompt_ids, cfg, may_continue, pokes)
             self.queues[index] = deque()
             return index
 

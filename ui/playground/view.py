@@ -88,6 +88,7 @@ class ApiInputs:
     block_length: gr.Number
     gen_length: gr.Number
     model: gr.Textbox
+    pokes: gr.JSON
     text: gr.Textbox
     stats: gr.JSON
     result: gr.JSON
@@ -174,7 +175,9 @@ def api_inputs() -> ApiInputs:
                   "block_length": _api_input(gr.Number(None, label="block_length"), None),
                   "gen_length": _api_input(gr.Number(32, label="gen_length"), 32),
                   # an offered model's name; empty: the default
-                  "model": _api_input(gr.Textbox("", label="model"), "")}
+                  "model": _api_input(gr.Textbox("", label="model"), ""),
+                  # null or ["STEP:POS:TOKEN", ...] / [{step, pos, token}, ...], as the CLI's --poke
+                  "pokes": _api_input(gr.JSON(None, label="pokes"), None)}
         return ApiInputs(**inputs, text=gr.Textbox(), stats=gr.JSON(), result=gr.JSON(), trace=gr.JSON(),
                          generate=gr.Button(), compare=gr.Button(), get_trace=gr.Button())
 

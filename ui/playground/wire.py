@@ -134,10 +134,10 @@ def wire_api(models: Models, api_in: ApiInputs, trace) -> None:
     # the defaults are the API page's (a caller may leave them out by name): null keeps the mode's value
     @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
     def generate(prompt, mode="S", tau_mask=None, tau_edit=None, mbe=False, block_length=None, gen_length=32,
-                 model=None, request: gr.Request = None):
+                 model=None, pokes=None, request: gr.Request = None):
         ONE_SHOTS.add(request)  # a plain HTTP call's session goes once newer ones come (ui/sessions.py)
         yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
-                                    model)
+                                    model, pokes)
 
     @on_gpu(seconds=lambda _p, block, gen, *_: gpu_seconds(gen, block, runs=2))
     def compare_pair(prompt, block_length=None, gen_length=32, model=None, request: gr.Request = None):
@@ -145,7 +145,8 @@ def wire_api(models: Models, api_in: ApiInputs, trace) -> None:
         return api.compare_api(models, prompt, block_length, gen_length, model)
 
     raw = {"preprocess": False}  # the client's values reach the checks as sent: nothing is coerced
-    inputs = _named(api_in, ("prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model"))
+    inputs = _named(api_in, ("prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model",
+                             "pokes"))
     api_in.generate.click(generate, inputs, [api_in.text, api_in.stats, trace], api_name="generate", **raw, **DECODE)
     api_in.compare.click(compare_pair, _named(api_in, ("prompt", "block_length", "gen_length", "model")),
                          api_in.result, api_name="compare", **raw, **DECODE)
