@@ -18,7 +18,7 @@ from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
 from ..sessions import ONE_SHOTS
 from ..settings import check_flag
-from . import api, compare, controls, replay, view
+from . import api, compare, controls, poke, replay, view
 from .controls import Controls
 from .run import RunFrame, generate_ui, stopped_ui
 from .view import ApiInputs, CompareView, RunCharts, RunView
@@ -92,8 +92,26 @@ def _wire_run(models: Models, ctrl: Controls, shown: RunView, charts: RunCharts,
                           [ctrl.model, ctrl.mode], _named(ctrl, PRESET_OUTPUTS), **PRIVATE, **REPLAY)
     example_run = example.then(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     example_run.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
-    ctrl.stop.click(None, None, None, cancels=[event, example_run]).then(
+    poked = _wire_poke(models, ctrl, shown, outputs, trace)
+    ctrl.stop.click(None, None, None, cancels=[event, example_run, poked]).then(
         stopped_ui, [trace, ctrl.ghost], outputs, **PRIVATE, **REPLAY)
+
+
+def _wire_poke(models: Models, ctrl: Controls, shown: RunView, outputs: list, trace):
+    """poke and re-run: this session's run decoded again with the tapped token changed (ui/playground/poke.py);
+    returns the event (Stop cancels it)."""
+    def slot(old, *_):
+        return gpu_seconds(old.gen_length, old.block_length) if old is not None else gpu_seconds(None, None)
+
+    @on_gpu(seconds=slot)
+    def run(old, model, step, pos, how, token, ghost):
+        yield from poke.poke_ui(models, old, model, step, pos, how, token, ghost)
+
+    inputs = [trace, ctrl.model, shown.step, shown.poke.pos, shown.poke.how, shown.poke.token, ctrl.ghost]
+    shown.poke.run.click(player.pause, None, shown.timer, **PRIVATE, **REPLAY)  # a replay in progress stops
+    # no slow replay after it: the canvas stays at the end, where the poke's outcome shows (a refused poke
+    # leaves the run as it was)
+    return shown.poke.run.click(run, inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
 
 
 def _wire_replay(ctrl: Controls, shown: RunView, charts: RunCharts, trace) -> None:
