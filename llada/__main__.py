@@ -13,7 +13,9 @@ from the changed text (`llada.loop`), and `--json` lists the pokes as `pokes`: [
 `--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
 forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
 line is the prompt's text, or a JSON string (for a prompt with newlines), or comma-separated token
-ids for a model without a tokenizer; blank lines are skipped.
+ids for a model without a tokenizer; blank lines are skipped. A line may also be a JSON object
+{"prompt": TEXT or [ids], "pokes": ["STEP:POS:TOKEN", ...]}: that row's pokes, which stay in its row (its
+result lists them as `pokes`, as `--poke` does for one prompt).
 """
 
 from __future__ import annotations
@@ -143,9 +145,12 @@ def run_generate(args, ranks=None) -> list[dict]:
     pokes = [_poke(pipe, text) for text in args.poke]
     if args.prompts_file is not None:
         if pokes:
-            raise ValueError("--poke decodes one prompt: give --prompt or --prompt-ids, not --prompts-file")
-        prompts = [_line_prompt(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
-        out = [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
+            raise ValueError('--poke decodes one prompt: with --prompts-file give a row\'s pokes in its line, '
+                             '{"prompt": ..., "pokes": ["STEP:POS:TOKEN", ...]}')
+        rows = [_line_row(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
+        traces = pipe.generate_batch([ids for ids, _ in rows], cfg, max_batch=args.batch_size,
+                                     pokes=[row_pokes for _, row_pokes in rows])
+        out = [_result(pipe, t, with_pokes=bool(row_pokes)) for t, (_, row_pokes) in zip(traces, rows)]
     else:
         ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
         out = [_result(pipe, pipe.generate(ids, cfg, pokes=pokes), with_pokes=bool(pokes))]
@@ -159,26 +164,19 @@ def _result(pipe, trace, with_pokes: bool = False) -> dict:
     if pipe.tokenizer is not None:
         out["text"] = trace.text
     if with_pokes:  # only with --poke: without it the object is the one a batch row gets
-        out["pokes"] = [{"step": step, "pos": p.pos - trace.prompt_length, "old": p.old, "new": p.token}
-                        for step, p in trace.pokes]
+        out["pokes"] = trace.poke_list()
     return out
 
 
-def _poke(pipe, text: str):
-    """A `--poke STEP:POS:TOKEN` as a `Poke` (ValueError naming what is wrong; the run checks the rest)."""
-    from .trace import Poke
+def _poke(pipe, text, where: str = "--poke"):
+    """A `--poke STEP:POS:TOKEN` (or a prompts-file row's poke) as a `Poke` (ValueError naming what is wrong
+    and `where` it was given; the run checks the rest)."""
+    from .records import read_poke
 
-    parts = text.split(":", 2)
-    if len(parts) != 3:
-        raise ValueError(f"--poke {text!r}: expected STEP:POS:TOKEN, e.g. 3:0:mask")
     try:
-        step, pos = int(parts[0]), int(parts[1])
-    except ValueError:
-        raise ValueError(f"--poke {text!r}: STEP and POS must be whole numbers") from None
-    try:
-        return Poke(step, pos, pipe.poke_token(parts[2]))
+        return read_poke(text, pipe.poke_token)
     except ValueError as err:
-        raise ValueError(f"--poke {text!r}: {err}") from None
+        raise ValueError(f"{where} {text!r}: {err}") from None
 
 
 def _lines(path: str) -> list[tuple[int, str]]:
@@ -191,6 +189,29 @@ def _lines(path: str) -> list[tuple[int, str]]:
     if not lines:
         raise ValueError(f"--prompts-file {path}: no prompt in it (one prompt per line)")
     return lines
+
+
+def _line_row(pipe, line: str, n: int, chat) -> tuple[list[int], list]:
+    """A line of a prompts file as (token ids, its row's pokes): a JSON object line carries pokes."""
+    if not line.lstrip().startswith("{"):
+        return _line_prompt(pipe, line, n, chat), []
+    where = f"--prompts-file line {n}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not a valid JSON object ({err})") from None
+    if not isinstance(row, dict) or "prompt" not in row or not set(row) <= {"prompt", "pokes"}:
+        raise ValueError(f'{where}: a JSON object line is {{"prompt": ..., "pokes": [...]}} ("pokes" optional)')
+    prompt, specs = row["prompt"], row.get("pokes", [])
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt) and prompt:
+        ids = prompt
+    elif isinstance(prompt, str) and pipe.tokenizer is not None:
+        ids = _line_prompt(pipe, json.dumps(prompt), n, chat)
+    else:
+        raise ValueError(f'{where}: "prompt" must be text (a model with a tokenizer) or a list of token ids')
+    if not isinstance(specs, list):
+        raise ValueError(f'{where}: "pokes" must be a list of "STEP:POS:TOKEN" texts')
+    return ids, [_poke(pipe, spec, f"{where}: poke") for spec in specs]
 
 
 def _line_prompt(pipe, line: str, n: int, chat) -> list[int]:

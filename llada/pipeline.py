@@ -174,12 +174,13 @@ class Pipeline:
 
     def generate_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
                        max_batch: int | None = None, texts: list[str] | None = None,
-                       modes: list[str] | None = None) -> list[Trace]:
-        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives."""
+                       modes: list[str] | None = None, pokes: list[list[Poke]] | None = None) -> list[Trace]:
+        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives
+        (`pokes`: each prompt's own, one list per prompt; they stay in their row)."""
         configs = check_configs(prompts, configs)
         texts, modes = texts or [""] * len(prompts), modes or [""] * len(prompts)
         traces = [self.new_trace(ids, cfg, text, mode) for ids, cfg, text, mode in zip(prompts, configs, texts, modes)]
-        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch)
+        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch, pokes)
         for trace in traces:
             trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
         return traces
