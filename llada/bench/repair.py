@@ -125,20 +125,22 @@ def score(pipe, item, cfg, clean, poke: Poke, tally: Tally) -> None:
 
 
 def finished_trials(pipe, items, rng: random.Random, gen_length: int) -> dict:
-    """{setting: Tally} over one corruption per item, poked after the last forward."""
+    """{setting: Tally} over one corruption per item, poked after each setting's last forward. The corruption
+    (offset, token) is drawn on the first setting's run and used at every setting whose run wrote another
+    answer token there (a setting whose answer differs at that offset skips the item)."""
+    configs = {name: pipe.config(mode, gen_length=gen_length, eos_early_stop=True, **extra)
+               for name, (mode, extra) in SETTINGS.items()}
     tallies = {name: Tally() for name in SETTINGS}
     for item in items:
-        # the corruption is drawn on Q's run, and the same (offset, token) is used at every setting
-        first = None
-        for name, (mode, extra) in SETTINGS.items():
-            cfg = pipe.config(mode, gen_length=gen_length, eos_early_stop=True, **extra)
-            clean = decode(pipe, item, cfg)
-            first = first or poke_after_end(pipe, clean[0], rng)
-            if first is None:
-                break
-            pos, token = first
-            if pos < len(clean[0].output_ids) and clean[0].output_ids[pos] not in (token, *special_ids(pipe)):
-                score(pipe, item, cfg, clean, Poke(clean[0].steps, pos, token), tallies[name])
+        clean = {name: decode(pipe, item, cfg) for name, cfg in configs.items()}
+        drawn = poke_after_end(pipe, clean[next(iter(SETTINGS))][0], rng)
+        if drawn is None:
+            continue
+        pos, token = drawn
+        for name, cfg in configs.items():
+            trace = clean[name][0]
+            if pos in answer_offsets(pipe, trace) and trace.output_ids[pos] != token:
+                score(pipe, item, cfg, clean[name], Poke(trace.steps, pos, token), tallies[name])
     return tallies
 
 
