@@ -16,8 +16,9 @@ poked run's final text equals the unpoked run's. Two kinds of trial:
   it stays in the forward and may take an MBE edit.
 
 The same items, positions and tokens are used at every setting (one `random.Random(seed)`), so the rates
-compare like with like. The JSON gives per setting the trials, the repaired ones, the rate, the poked runs
-whose answer is still right, and the extra forwards a poked run took over its unpoked one.
+compare like with like. The JSON gives per setting the trials, the repaired ones (in all and per task), the
+rate, the poked runs whose answer is still right, and the extra forwards a poked run took over its unpoked
+one.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import random
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -56,21 +57,28 @@ class Trial:
 
 @dataclass
 class Tally:
+    """One setting's trials, in all and per task."""
+
     trials: int = 0
     repaired: int = 0
     right: int = 0  # poked runs whose final answer is still right
     extra_forwards: int = 0  # summed over trials: the poked run's forwards minus the unpoked run's
+    by_task: dict = field(default_factory=dict)  # task -> [trials, repaired]
 
-    def add(self, repaired: bool, right: bool, extra: int) -> None:
+    def add(self, task: str, repaired: bool, right: bool, extra: int) -> None:
         self.trials += 1
         self.repaired += int(repaired)
         self.right += int(right)
         self.extra_forwards += extra
+        counts = self.by_task.setdefault(task, [0, 0])
+        counts[0] += 1
+        counts[1] += int(repaired)
 
     def as_dict(self) -> dict:
         n = max(self.trials, 1)
         return {"trials": self.trials, "repaired": self.repaired, "rate": round(self.repaired / n, 4),
-                "still_right": self.right, "extra_forwards_mean": round(self.extra_forwards / n, 2)}
+                "still_right": self.right, "extra_forwards_mean": round(self.extra_forwards / n, 2),
+                "by_task": {task: {"trials": t, "repaired": r} for task, (t, r) in self.by_task.items()}}
 
 
 def special_ids(pipe) -> set[int]:
@@ -121,7 +129,7 @@ def poke_in_earlier_block(pipe, trace, rng: random.Random) -> Poke | None:
 def score(pipe, item, cfg, clean, poke: Poke, tally: Tally) -> None:
     clean_trace, clean_text = clean
     trace, text = decode(pipe, item, cfg, (poke,))
-    tally.add(text == clean_text, item.check(text), trace.forwards - clean_trace.forwards)
+    tally.add(item.task, text == clean_text, item.check(text), trace.forwards - clean_trace.forwards)
 
 
 def finished_trials(pipe, items, rng: random.Random, gen_length: int) -> dict:
