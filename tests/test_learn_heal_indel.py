@@ -124,6 +124,7 @@ def test_repair_bench_runs_a_few_trials(tmp_path, capsys):
     finished = report["results"]["finished"]
     assert list(finished) == list(repair.SETTINGS)
     assert all(f["trials"] == 4 and 0 <= f["repaired"] <= 4 for f in finished.values())
+    assert {task: c["trials"] for task, c in finished["Q"]["by_task"].items()} == {"add": 2, "rename": 2}
     assert finished["editing off"]["repaired"] == 0  # without T2T a written token never changes
     assert report["results"]["settings"]["Q"]["tau_edit"] == 0.5
     assert report["results"]["earlier_block"]["MBE off"]["repaired"] == 0  # a finished block is frozen
