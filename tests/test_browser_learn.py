@@ -189,6 +189,7 @@ def test_the_heal_lesson_shows_the_poke_and_its_repair_and_the_indel_lesson_its_
     set_number(page, "learn-step", poke_step + 1)  # the next forward edits it back
     page.wait_for_selector(f'#canvas-learn .tok.poked[data-pos="{poke.pos}"][data-state="edit"]', timeout=60_000)
     assert "poked after step" in narration(page)
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
     shot(page, "heal")
 
     indel = lessons["indel"]
@@ -200,4 +201,5 @@ def test_the_heal_lesson_shows_the_poke_and_its_repair_and_the_indel_lesson_its_
         hold(page, step)
         page.wait_for_selector(f'#canvas-learn [data-state="{state}"]', timeout=60_000)
         assert ("DELETE removed" if state == "delete" else "SPLIT opened") in narration(page)
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
     shot(page, "indel")
