@@ -25,6 +25,8 @@ no forward past a budget is ever computed; a row that needs no more forwards is 
 A run may carry pokes (`llada.trace.Poke`: a token written from outside after a given forward, `llada.loop`);
 each row's pokes stay in its row. `check_pokes` refuses bad ones before anything is decoded.
 `SharedBatch` reads one `BatchDecoder` as one stream per row (`SharedStream`), pulled from any thread.
+On a model split across ranks (`llada.dist`) every rank drives the same rows in lock-step and rank 0's answers
+are the ones every rank sends to its loops (`Ranks.decided`).
 Inference mode is entered per forward, never across a `yield`, so a run can be stepped from any thread
 and interleaved with another. Timing: a record's `seconds` is the engine time of its round up to the
 record (the shared forward, then the rule of the rows before it), the consumer's time excluded.
@@ -169,7 +171,10 @@ class BatchDecoder:
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
             with torch.inference_mode():  # the forward, the decisions and each loop's writes, in one stretch
-                answers = answer_forwards(runs, asks, run_forwards(runs, asks, self.memo))
+                logits = run_forwards(runs, asks, self.memo)
+                ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
+                answers = answer_forwards(runs, asks, logits) if ranks is None else \
+                    ranks.decided(lambda: answer_forwards(runs, asks, logits))
                 for row, answer in zip(list(self.active), answers):
                     row.ask = None
                     row.forwards += 1
