@@ -119,9 +119,10 @@ class Trace:
         the mask it opens counts as the poke's write."""
         B = self.block_length
         for p in record.pokes:
-            if not self.prompt_length <= p.pos < self.length or p.replaced(self.tokens, B) != p.old:
+            held = p.replaced(self.tokens, B) if self.prompt_length <= p.pos < self.length else "nothing"
+            if held != p.old:
                 raise ValueError(f"poke after step {record.step} changes position {p.pos} from {p.old}, "
-                                 f"but the trace holds {p.replaced(self.tokens, B) if p.pos < self.length else 'nothing'}")
+                                 f"but the trace holds {held}")
             p.apply(self.tokens, B)
             opened = p.pos
             if p.kind != "write":
