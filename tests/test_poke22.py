@@ -147,7 +147,7 @@ def test_cache_on_and_off_agree_on_the_shipped_model22():
     from llada.pipeline import Pipeline
 
     pipe = Pipeline.load(MODEL22)
-    ids = pipe.encode("reverse: a b c")
+    ids = pipe.encode("def inc(ixturen):")
     cfg = pipe.config("S", gen_length=16)
     pokes = [Poke(2, 1, pipe.mask_id, "delete"), Poke(3, 0, pipe.mask_id, "insert"), Poke(4, 2, pipe.mask_id)]
     on, off = (pipe.generate(ids, replace(cfg, use_cache=c), pokes=pokes) for c in (True, False))
@@ -186,9 +186,9 @@ def test_a_2_2_poke_through_generate_api():
 
     models = Models([str(MODEL22)])
     pokes = ["2:1:delete", {"step": 3, "pos": 0, "token": "insert"}]
-    *_, (text, stats, trace) = generate_api(models, "reverse: a b c", "S", None, None, False, None, 16, None, pokes)
+    *_, (text, stats, trace) = generate_api(models, "def inc(ixturen):", "S", None, None, False, None, 16, None, pokes)
     pipe = models.get(None)
-    alone = pipe.generate(pipe.encode("reverse: a b c"), trace.settings,
+    alone = pipe.generate(pipe.encode("def inc(ixturen):"), trace.settings,
                           pokes=[Poke(2, 1, pipe.mask_id, "delete"), Poke(3, 0, pipe.mask_id, "insert")])
     assert stats["pokes"] == alone.poke_list() and [p["kind"] for p in stats["pokes"]] == ["delete", "insert"]
     assert trace.output_ids == alone.output_ids
