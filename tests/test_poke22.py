@@ -192,3 +192,33 @@ def test_a_2_2_poke_through_generate_api():
                           pokes=[Poke(2, 1, pipe.mask_id, "delete"), Poke(3, 0, pipe.mask_id, "insert")])
     assert stats["pokes"] == alone.poke_list() and [p["kind"] for p in stats["pokes"]] == ["delete", "insert"]
     assert trace.output_ids == alone.output_ids
+
+
+# ---- the playground ----------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not (MODEL22 / "config.json").exists(), reason="assets/model22 is not in this checkout")
+@pytest.mark.parametrize("how, kind", [("delete it", "delete"), ("insert a mask before it", "insert")])
+def test_the_poke_box_deletes_and_inserts_on_a_2_2_run_in_the_poke_colour(how, kind):
+    from test_canvas import assert_patches_rebuild_every_step
+    from ui.models import Models
+    from ui.playground.poke import poke_ui
+    from ui.playground.run import generate_ui
+    from ui.render import canvas, tables
+
+    models = Models([str(MODEL22)])
+    page = {"mode": "S", "tau_mask": 0.5, "edit": True, "tau_edit": 0.0, "mbe": False, "mbe_window": 1,
+            "block_length": 32, "gen_length": 16, "max_post_steps": 16, "temperature": 0.0, "seed": 0, "ghost": False}
+    finished = list(generate_ui(models, prompt="def inc(ixturen):", **page))[-1].trace
+    P = finished.prompt_length
+    frames = list(poke_ui(models, finished, None, 2, P + 1, how, "", False))
+    trace = frames[-1].trace
+    assert frames[-1].error == "" and [p.kind for _, p in trace.pokes] == [kind]
+    page2 = canvas.render(trace, 2)
+    if kind == "delete":  # the removed token struck out in the poke's colour, before the cell now at its place
+        assert f'class="gone" data-state="poke" data-was="{P + 1}"' in page2
+    else:  # the opened mask is a poke cell
+        assert f'data-pos="{P + 1}" data-block="{(P + 1) // 32}" data-state="poke"' in page2
+        assert "mask inserted by a poke after step 2" in page2
+    log = tables.edit_log(trace)
+    assert log[log.kind == f"poke {kind}"][["step", "position"]].values.tolist() == [[2, P + 1]]
+    assert_patches_rebuild_every_step(trace)
