@@ -29,7 +29,12 @@ STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode")
 PAPER_TPS, PAPER_TPF = 1586.93, 12.32  # LLaDA2.1-mini, HumanEval+ peak (batch and hardware unstated)
 PAPER_FORWARD_MS = 1e3 * PAPER_TPF / PAPER_TPS  # 7.76 ms a forward at that TPF
 H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device copy reaches there (estimate)
-FORWARD_TOLERANCE = 5e-2  # bf16 logits of 20 layers in another op order (fused norms, summed experts)
+# The forward's logits are judged against an fp32 run of the reference (`fp32_logits`), beside the bf16
+# reference's own distance from it: random weights through 20 layers amplify every bf16 rounding (and a
+# flipped top-8 pick swaps an expert), so a fixed bound on fast vs bf16 reference says little. The H200
+# lease (issue #33) had fast vs bf16 reference 0.103 (bf16) and 0.129 (FP8) where the per-layer self-check
+# gave 0.0055 and 0.011. Gate: fast vs fp32 <= SPREAD x (bf16 reference vs fp32) + SPREAD_EPS.
+SPREAD, SPREAD_EPS = 2.0, 1e-2
 
 
 def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
@@ -110,12 +115,51 @@ def forward_step(dry_run: bool, weights: str) -> dict:
         reference = StepGraphs(model, cache, B, capture=False)
         ref_logits = reference(block, *window)
         report["reference_ms"] = time_ms(lambda: reference(block, *window), device, iters)
+        exact = fp32_logits(model, cache, block, prefix)[0]  # (B, V)
     from ..fast.kernels.reference import rel_rmse
 
     report |= {"weights": weights, "shape": shape, "prefix": prefix, "block": B, "engine": engine.line(),
                "build_s": round(built_s, 2), "build_peak_gb": peak_gb,
-               "logits_rel_rmse_vs_reference": rel_rmse(logits, ref_logits)}
+               "logits_rel_rmse_vs_reference": rel_rmse(logits, ref_logits),
+               "logits_rel_rmse_vs_fp32": rel_rmse(logits, exact),
+               "reference_rel_rmse_vs_fp32": rel_rmse(ref_logits, exact)}
     return report | {"figures": _forward_figures(report, weights, dry_run, PAPER_TPS)}
+
+
+def fp32_logits(model, cache, ids, start: int):
+    """The reference forward of `ids` (B, T) at positions [start, start+T) over `cache`'s first `start`
+    positions, in fp32 throughout -> logits (B, T, V).
+
+    The mini's fp32 copy would take 60 GiB beside its 30 GiB in bf16 (not on an 80 GB H100), so the
+    weights are upcast one layer at a time (~4.5 GiB at the peak for the mini: a bf16 copy of the layer,
+    then its fp32 one) and dropped after it; FP8 experts keep their codes and scales (their reference
+    dequantizes in fp32 already). The KV cache is copied in fp32 (86 MB at the mini's 1,056 slots).
+    Needs the reference engine on `model` (`use_engine(model, "reference")`): plain modules to copy."""
+    import copy
+
+    import torch
+
+    from ..norm_rope import rope_cos_sin
+
+    cfg = model.config
+    fp32_cache = copy.copy(cache)
+    fp32_cache.k, fp32_cache.v = cache.k.float(), cache.v.float()
+    fp32_cache.layers = list(zip(fp32_cache.k.unbind(0), fp32_cache.v.unbind(0)))
+    cos, sin = rope_cos_sin(start + torch.arange(ids.shape[1], device=ids.device), cfg.rotary_dim, cfg.rope_theta)
+    x = model.word_embeddings(ids).float()  # (B, T, H): the lookup is exact
+    for layer in model.layers:  # mask None: the block sees the whole prefix and itself (block-causal)
+        x = _fp32_copy(layer)(x, cos, sin, None, fp32_cache, start)
+    x = _fp32_copy(model.norm)(x)
+    return x @ model.lm_head.weight.float().T  # (B, T, V)
+
+
+def _fp32_copy(module):
+    """A copy of `module` with its bf16 / fp16 parameters and buffers in fp32 (FP8 codes stay as they are)."""
+    import copy
+
+    import torch
+
+    return copy.deepcopy(module)._apply(lambda t: t.float() if t.dtype in (torch.bfloat16, torch.float16) else t)
 
 
 def _label(dry_run: bool) -> str:
@@ -133,15 +177,21 @@ def _forward_figures(r: dict, weights: str, dry_run: bool, paper_tps: float) -> 
             figure(f"{name}, PyTorch reference", f"{r['reference_ms']:.3f} ms", "-", paper),
             figure(f"{name}, share of copy bandwidth", f"{r['share_of_copy']:.0%}",
                    f"roofline {r['roofline_ms_at_copy']:.2f} ms"),
-            figure(f"{name}, logits vs reference (rel. RMSE)",
-                   f"{r['logits_rel_rmse_vs_reference']:.3g}", f"< {FORWARD_TOLERANCE}",
-                   ok=r["logits_rel_rmse_vs_reference"] < FORWARD_TOLERANCE),
+            figure(f"{name}, logits vs the fp32 reference (rel. RMSE): fast, PyTorch reference",
+                   f"{r['logits_rel_rmse_vs_fp32']:.3g}, {r['reference_rel_rmse_vs_fp32']:.3g}",
+                   f"fast <= {SPREAD:g} x reference + {SPREAD_EPS:g} (fast vs reference: "
+                   f"{r['logits_rel_rmse_vs_reference']:.3g})", ok=spread_ok(r)),
             figure(f"{name}, host syncs", r["host_syncs_per_forward"], "0",
                    ok=r["host_syncs_per_forward"] == 0)]
     if r.get("build_peak_gb") is not None:
         rows.append(figure("mini build, peak GPU memory", f"{r['build_peak_gb']:.1f} GiB",
                            "~ the bf16 weights (32 GB), no fp32 copy", ok=r["build_peak_gb"] < 40))
     return rows
+
+
+def spread_ok(r: dict) -> bool:
+    """The fast engine's logits are no further from fp32 than SPREAD times the bf16 reference's, plus a floor."""
+    return r["logits_rel_rmse_vs_fp32"] <= SPREAD * r["reference_rel_rmse_vs_fp32"] + SPREAD_EPS
 
 
 def decode_step(dry_run: bool) -> dict:
