@@ -9,6 +9,8 @@
                   graph, timed against the same forward eager and on the PyTorch reference, whose logits
                   the graph's are compared with (relative RMSE); -fp8 has its routed experts in FP8
     decode        the mini with FP8 experts decoding 64 tokens: CUDA graphs against the dynamic forward
+    spread        how far the bf16 reference's logits are from its own fp32 run (`fp32_logits`) on mini-shaped
+                  replicas (20 layers, top-8 of 8 groups) narrower than the mini: what the forward gate allows for
 
 Each JSON holds `figures`: {figure, measured, target, paper, ok}, the number beside what it should be
 (the targets of issue-level goals: mini forward <= 3.9 ms on an H200, scaled by copy bandwidth on other
@@ -25,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode")
+STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode", "spread")
 PAPER_TPS, PAPER_TPF = 1586.93, 12.32  # LLaDA2.1-mini, HumanEval+ peak (batch and hardware unstated)
 PAPER_FORWARD_MS = 1e3 * PAPER_TPF / PAPER_TPS  # 7.76 ms a forward at that TPF
 H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device copy reaches there (estimate)
@@ -35,6 +37,7 @@ H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device c
 # lease (issue #33) had fast vs bf16 reference 0.103 (bf16) and 0.129 (FP8) where the per-layer self-check
 # gave 0.0055 and 0.011. Gate: fast vs fp32 <= SPREAD x (bf16 reference vs fp32) + SPREAD_EPS.
 SPREAD, SPREAD_EPS = 2.0, 1e-2
+SPREAD_GRID = ((2, 1024, 256), (20, 256, 256), (20, 512, 256), (20, 1024, 256), (20, 2048, 16))  # layers, hidden, E
 
 
 def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
@@ -215,9 +218,43 @@ def decode_step(dry_run: bool) -> dict:
     return {"engine": engine.line(), "runs": runs, "figures": figures}
 
 
+def spread_step(dry_run: bool) -> dict:
+    """The bf16 reference against its fp32 run on the SPREAD_GRID replicas: 256 cached tokens, a 32-token block,
+    a 4,096-token vocabulary, 8 heads of 64 (2 KV heads), experts H/4 wide (the mini's ratio), bf16 and FP8
+    experts (at 2,048 wide, 16 experts keep the model within a few GB of CPU memory)."""
+    torch, device, _ = _setup(dry_run)
+    from ..fast.kernels.reference import rel_rmse
+    from ..fast.quantize import quantize_model_fp8
+    from .forward import prefill, random_model
+
+    rows, figures = [], []
+    for layers, hidden, experts in SPREAD_GRID:
+        for weights in ("bf16", "fp8"):
+            cfg = _config("llada2.1-mini", num_hidden_layers=layers, hidden_size=hidden, vocab_size=4096,
+                          num_attention_heads=8, num_key_value_heads=2, head_dim=64, intermediate_size=4 * hidden,
+                          moe_intermediate_size=hidden // 4, num_experts=experts)
+            model = random_model(cfg, device, torch.bfloat16)
+            if weights == "fp8":
+                quantize_model_fp8(model, impl="torch")
+            with torch.inference_mode():
+                cache, block = prefill(model, 256, 32, torch.Generator(device=device).manual_seed(0))
+                spread = rel_rmse(model(block, start=256, cache=cache), fp32_logits(model, cache, block, 256))
+            rows.append({"layers": layers, "hidden": hidden, "experts": experts, "weights": weights,
+                         "reference_rel_rmse_vs_fp32": spread})
+            figures.append(figure(f"bf16 reference vs fp32, {layers} layers, hidden {hidden}, {experts} experts, "
+                                  f"{weights} experts", f"{spread:.3g}", "-"))
+            del model, cache
+    from .lease import _commit
+
+    return {"command": "python -m llada.bench.lease_engine spread OUT.json" + " --dry-run" * dry_run,
+            "commit": _commit(), "load_average": os.getloadavg(), "rows": rows, "figures": figures}
+
+
 def run_step(step: str, dry_run: bool) -> dict:
     if step == "self-check":
         return self_check_step(dry_run)
+    if step == "spread":
+        return spread_step(dry_run)
     if step.startswith("forward-"):
         return forward_step(dry_run, step.removeprefix("forward-"))
     return decode_step(dry_run)
