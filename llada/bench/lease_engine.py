@@ -244,10 +244,20 @@ def spread_step(dry_run: bool) -> dict:
             figures.append(figure(f"bf16 reference vs fp32, {layers} layers, hidden {hidden}, {experts} experts, "
                                   f"{weights} experts", f"{spread:.3g}", "-"))
             del model, cache
-    from .lease import _commit
-
     return {"command": "python -m llada.bench.lease_engine spread OUT.json" + " --dry-run" * dry_run,
             "commit": _commit(), "load_average": os.getloadavg(), "rows": rows, "figures": figures}
+
+
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout: the lease's copy of the tree may have no history)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
 
 
 def run_step(step: str, dry_run: bool) -> dict:
