@@ -3,6 +3,8 @@
 // text, state, step, p and threshold, the token an edit replaced); a tap elsewhere or Escape closes it. The
 // token sequence (`.seq`) takes the keyboard focus: the arrow keys walk the drawn tokens and show each one's
 // details, Home and End jump to the ends. The panel follows the canvas when a patch redraws the shown step.
+// A tap on a generated token of the playground's own canvas (#canvas) also writes its position into the poke
+// box (#poke-pos, ui/playground/poke.py), so "poke and re-run" changes that token.
 // Loaded with every canvas component (ui/render/live.py); it listens on the document once.
 (function () {
   if (window.lladaTokens) return;
@@ -52,6 +54,14 @@
     place(root, panel, tok);
   }
 
+  // the poke box's number input takes the tapped position (an input event: Gradio reads the new value)
+  function offerPoke(tok) {
+    const input = document.querySelector("#poke-pos input");
+    if (!input || tok.closest(".canvas").id !== "canvas" || tok.dataset.state === "prompt") return;
+    input.value = tok.dataset.pos;
+    input.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+
   function hide(root) {
     const panel = root && panelOf(root, false);
     if (panel) panel.hidden = true;
@@ -70,7 +80,7 @@
     document.querySelectorAll(".canvas > .tok-pop:not([hidden])").forEach(function (panel) {
       if (!tok || panel.parentElement !== tok.closest(".canvas")) hide(panel.parentElement);
     });
-    if (tok) show(tok);
+    if (tok) { show(tok); offerPoke(tok); }
   });
 
   document.addEventListener("keydown", function (e) {
@@ -88,6 +98,7 @@
       : at < 0 ? (move > 0 ? 0 : last) : Math.max(0, Math.min(last, at + move));
     toks[next].scrollIntoView({ block: "nearest" });
     show(toks[next]);
+    offerPoke(toks[next]);
   });
 
   // the sequence scrolls inside its box: the panel stays under its token

@@ -13,7 +13,9 @@ from the changed text (`llada.loop`), and `--json` lists the pokes as `pokes`: [
 `--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
 forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
 line is the prompt's text, or a JSON string (for a prompt with newlines), or comma-separated token
-ids for a model without a tokenizer; blank lines are skipped.
+ids for a model without a tokenizer; blank lines are skipped. A line may also be a JSON object
+{"prompt": TEXT or [ids], "pokes": ["STEP:POS:TOKEN", ...]}: that row's pokes, which stay in its row (its
+result lists them as `pokes`, as `--poke` does for one prompt).
 """
 
 from __future__ import annotations
@@ -84,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mbe-window", type=int, help="finished blocks kept editable by MBE (default 1)")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every forward")
     g.add_argument("--chat", choices=("auto", "on", "off"), default="auto", help="wrap the prompt in the chat template")
-    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="auto: the checkpoint's dtype on CUDA, float32 on the CPU for models up to 1B parameters")
+    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "float64", "bfloat16", "float16"),
+                   help="auto: the checkpoint's dtype on CUDA, float32 on the CPU for models up to 1B parameters; "
+                        "float64: the CPU only (exact comparisons, docs/distributed.md)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
     g.add_argument("--quantize", choices=("auto", "none", "fp8", "fp8-dense", "int8"), default="auto",
                    help="fp8 (GPU): routed experts, fp8-dense: also the dense linears; int8 (CPU): experts and "
@@ -115,16 +118,26 @@ def decode_config(pipe, args):
     return pipe.config(args.mode, **explicit)
 
 
-def run_generate(args) -> list[dict]:
+def run_generate(args, ranks=None) -> list[dict]:
     import torch
 
     from .pipeline import Pipeline
+    from .weights.checkpoint import CheckpointError
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
-                         device=device, mask_id=args.mask_id, eos_id=args.eos_id,
-                         quantize=None if args.quantize == "none" else args.quantize, progress=True,
-                         engine=args.engine)
+    if args.dtype == "float64" and torch.device(device).type != "cpu":
+        raise ValueError(f"--dtype float64 runs on the CPU only (exact comparisons); this run is on {device}")
+    try:
+        pipe = Pipeline.load(args.model, dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+                             device=device, mask_id=args.mask_id, eos_id=args.eos_id,
+                             quantize=None if args.quantize == "none" else args.quantize,
+                             progress=ranks is None or ranks.lead, engine=args.engine, ranks=ranks)
+    except (CheckpointError, ValueError) as err:
+        if ranks is not None:
+            ranks.agree(err)  # RankError on every rank: none goes on to a forward the others never join
+        raise
+    if ranks is not None:
+        ranks.agree(None)  # every rank loaded its slice (a rank that failed has said so above)
     if args.batch_size is not None and args.prompts_file is None:
         raise ValueError("--batch-size needs --prompts-file")
     cfg = decode_config(pipe, args)
@@ -132,13 +145,17 @@ def run_generate(args) -> list[dict]:
     pokes = [_poke(pipe, text) for text in args.poke]
     if args.prompts_file is not None:
         if pokes:
-            raise ValueError("--poke decodes one prompt: give --prompt or --prompt-ids, not --prompts-file")
-        prompts = [_line_prompt(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
-        out = [_result(pipe, t) for t in pipe.generate_batch(prompts, cfg, max_batch=args.batch_size)]
+            raise ValueError('--poke decodes one prompt: with --prompts-file give a row\'s pokes in its line, '
+                             '{"prompt": ..., "pokes": ["STEP:POS:TOKEN", ...]}')
+        rows = [_line_row(pipe, line, n, chat) for n, line in _lines(args.prompts_file)]
+        traces = pipe.generate_batch([ids for ids, _ in rows], cfg, max_batch=args.batch_size,
+                                     pokes=[row_pokes for _, row_pokes in rows])
+        out = [_result(pipe, t, with_pokes=bool(row_pokes)) for t, (_, row_pokes) in zip(traces, rows)]
     else:
         ids = args.prompt_ids if args.prompt_ids is not None else _encode(pipe, args.prompt, chat)
         out = [_result(pipe, pipe.generate(ids, cfg, pokes=pokes), with_pokes=bool(pokes))]
-    print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.fast.engine)
+    if ranks is None or ranks.lead:
+        print(pipe.engine.line(), file=sys.stderr)  # which MoE engine ran, and its self-check (llada.fast.engine)
     return out
 
 
@@ -147,26 +164,19 @@ def _result(pipe, trace, with_pokes: bool = False) -> dict:
     if pipe.tokenizer is not None:
         out["text"] = trace.text
     if with_pokes:  # only with --poke: without it the object is the one a batch row gets
-        out["pokes"] = [{"step": step, "pos": p.pos - trace.prompt_length, "old": p.old, "new": p.token}
-                        for step, p in trace.pokes]
+        out["pokes"] = trace.poke_list()
     return out
 
 
-def _poke(pipe, text: str):
-    """A `--poke STEP:POS:TOKEN` as a `Poke` (ValueError naming what is wrong; the run checks the rest)."""
-    from .trace import Poke
+def _poke(pipe, text, where: str = "--poke"):
+    """A `--poke STEP:POS:TOKEN` (or a prompts-file row's poke) as a `Poke` (ValueError naming what is wrong
+    and `where` it was given; the run checks the rest)."""
+    from .records import read_poke
 
-    parts = text.split(":", 2)
-    if len(parts) != 3:
-        raise ValueError(f"--poke {text!r}: expected STEP:POS:TOKEN, e.g. 3:0:mask")
     try:
-        step, pos = int(parts[0]), int(parts[1])
-    except ValueError:
-        raise ValueError(f"--poke {text!r}: STEP and POS must be whole numbers") from None
-    try:
-        return Poke(step, pos, pipe.poke_token(parts[2]))
+        return read_poke(text, pipe.poke_token)
     except ValueError as err:
-        raise ValueError(f"--poke {text!r}: {err}") from None
+        raise ValueError(f"{where} {text!r}: {err}") from None
 
 
 def _lines(path: str) -> list[tuple[int, str]]:
@@ -179,6 +189,29 @@ def _lines(path: str) -> list[tuple[int, str]]:
     if not lines:
         raise ValueError(f"--prompts-file {path}: no prompt in it (one prompt per line)")
     return lines
+
+
+def _line_row(pipe, line: str, n: int, chat) -> tuple[list[int], list]:
+    """A line of a prompts file as (token ids, its row's pokes): a JSON object line carries pokes."""
+    if not line.lstrip().startswith("{"):
+        return _line_prompt(pipe, line, n, chat), []
+    where = f"--prompts-file line {n}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not a valid JSON object ({err})") from None
+    if not isinstance(row, dict) or "prompt" not in row or not set(row) <= {"prompt", "pokes"}:
+        raise ValueError(f'{where}: a JSON object line is {{"prompt": ..., "pokes": [...]}} ("pokes" optional)')
+    prompt, specs = row["prompt"], row.get("pokes", [])
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt) and prompt:
+        ids = prompt
+    elif isinstance(prompt, str) and pipe.tokenizer is not None:
+        ids = _line_prompt(pipe, json.dumps(prompt), n, chat)
+    else:
+        raise ValueError(f'{where}: "prompt" must be text (a model with a tokenizer) or a list of token ids')
+    if not isinstance(specs, list):
+        raise ValueError(f'{where}: "pokes" must be a list of "STEP:POS:TOKEN" texts')
+    return ids, [_poke(pipe, spec, f"{where}: poke") for spec in specs]
 
 
 def _line_prompt(pipe, line: str, n: int, chat) -> list[int]:
@@ -210,25 +243,62 @@ def _encode(pipe, text: str, chat) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    ranks = _ranks(args)  # None outside torchrun
+    try:
+        out = _generate(args, ranks)
+    finally:
+        if ranks is not None:
+            ranks.stop()
+    if out is None:
+        return 2
+    for one in out if ranks is None or ranks.lead else ():  # rank 0 prints, once
+        _print(one, args.json)
+    return 0
+
+
+def _ranks(args):
+    """The torchrun ranks of this run (joined to their group), or None for one process."""
+    import torch
+
+    from .dist.group import Ranks
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    return Ranks.start(torch.device(device))
+
+
+def _generate(args, ranks) -> list[dict] | None:
+    """The results, or None after printing the error (rank 0 prints it; every rank agrees there was one)."""
+    from .dist.group import RankError
     from .weights.checkpoint import CheckpointError
 
+    error = None
     with warnings.catch_warnings():
         warnings.showwarning = _one_line  # e.g. a special id taken from the LLaDA2.x defaults
         try:
-            out = run_generate(args)
-        except (CheckpointError, ValueError, FloatingPointError) as err:  # FloatingPointError: NonFiniteLogits
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    for one in out:
-        if args.json:
-            print(json.dumps(one))
-            continue
-        print(one.get("text", " ".join(map(str, one["output_ids"]))))
-        print(f"[{len(one['output_ids'])} tokens, {one['num_decode_forwards']} decode + {one['num_cache_forwards']} "
-              f"cache forwards, TPF {one['tpf']:.2f}, TPS {one['tps']:.1f}, drafts {one['drafts']}, "
-              f"edits {one['edits']}, MBE edits {one['mbe_edits']}, inserts {one['inserts']}, "
-              f"deletes {one['deletes']}]")
-    return 0
+            out = run_generate(args, ranks)
+        except (CheckpointError, ValueError, FloatingPointError, RankError) as err:  # FloatingPointError: NonFinite
+            error = err
+    if ranks is not None:
+        try:
+            ranks.agree(error)  # every rank learns whether any rank failed
+        except (RankError, RuntimeError) as err:  # RuntimeError: a rank gone (the group's own error)
+            error = err
+    if error is None:
+        return out
+    if ranks is None or ranks.lead:
+        print(f"error: {error}", file=sys.stderr)
+    return None
+
+
+def _print(one: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(one))
+        return
+    print(one.get("text", " ".join(map(str, one["output_ids"]))))
+    print(f"[{len(one['output_ids'])} tokens, {one['num_decode_forwards']} decode + {one['num_cache_forwards']} "
+          f"cache forwards, TPF {one['tpf']:.2f}, TPS {one['tps']:.1f}, drafts {one['drafts']}, "
+          f"edits {one['edits']}, MBE edits {one['mbe_edits']}, inserts {one['inserts']}, "
+          f"deletes {one['deletes']}]")
 
 
 def _one_line(message, category, filename, lineno, file=None, line=None) -> None:

@@ -25,6 +25,8 @@ no forward past a budget is ever computed; a row that needs no more forwards is 
 A run may carry pokes (`llada.trace.Poke`: a token written from outside after a given forward, `llada.loop`);
 each row's pokes stay in its row. `check_pokes` refuses bad ones before anything is decoded.
 `SharedBatch` reads one `BatchDecoder` as one stream per row (`SharedStream`), pulled from any thread.
+On a model split across ranks (`llada.dist`) every rank drives the same rows in lock-step and rank 0's answers
+are the ones every rank sends to its loops (`Ranks.decided`).
 Inference mode is entered per forward, never across a `yield`, so a run can be stepped from any thread
 and interleaved with another. Timing: a record's `seconds` is the engine time of its round up to the
 record (the shared forward, then the rule of the rows before it), the consumer's time excluded.
@@ -169,7 +171,10 @@ class BatchDecoder:
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
             with torch.inference_mode():  # the forward, the decisions and each loop's writes, in one stretch
-                answers = answer_forwards(runs, asks, run_forwards(runs, asks, self.memo))
+                logits = run_forwards(runs, asks, self.memo)
+                ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
+                answers = answer_forwards(runs, asks, logits) if ranks is None else \
+                    ranks.decided(lambda: answer_forwards(runs, asks, logits))
                 for row, answer in zip(list(self.active), answers):
                     row.ask = None
                     row.forwards += 1
@@ -299,13 +304,18 @@ def generate(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id
 
 
 def decode_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
-                 mask_id: int, eos_id: int, max_batch: int | None = None) -> Iterator[tuple[int, StepRecord]]:
-    """Check every row now, then return the generator of (row, record) of the whole batch."""
+                 mask_id: int, eos_id: int, max_batch: int | None = None,
+                 pokes: list[list[Poke]] | None = None) -> Iterator[tuple[int, StepRecord]]:
+    """Check every row now, then return the generator of (row, record) of the whole batch (`pokes`: each
+    row's own, one list per prompt)."""
     configs = check_configs(prompts, configs)
+    pokes = [()] * len(prompts) if pokes is None else list(pokes)
+    if len(pokes) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(pokes)} lists of pokes: give one per prompt")
     batch = BatchDecoder(model, mask_id, eos_id, max_batch=max_batch)
-    for i, (ids, cfg) in enumerate(zip(prompts, configs)):
+    for i, (ids, cfg, row_pokes) in enumerate(zip(prompts, configs, pokes)):
         try:
-            batch.add(ids, cfg)
+            batch.add(ids, cfg, pokes=row_pokes)
         except ValueError as err:
             raise ValueError(f"prompt {i}: {err}") from None
     return iter(batch)
@@ -313,10 +323,11 @@ def decode_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[Decod
 
 def generate_batch(model: LLaDA2MoE, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
                    mask_id: int, eos_id: int, traces: list[Trace] | None = None,
-                   max_batch: int | None = None) -> list[Trace]:
-    """Decode every prompt to the end; the finished Traces in prompt order (`traces`: empty ones to fill)."""
+                   max_batch: int | None = None, pokes: list[list[Poke]] | None = None) -> list[Trace]:
+    """Decode every prompt to the end; the finished Traces in prompt order (`traces`: empty ones to fill;
+    `pokes`: each row's own, see `decode_batch`)."""
     configs = check_configs(prompts, configs)
-    stream = decode_batch(model, prompts, configs, mask_id, eos_id, max_batch)
+    stream = decode_batch(model, prompts, configs, mask_id, eos_id, max_batch, pokes)
     traces = traces or [Trace(prompt_ids=list(ids), settings=cfg, mask_id=mask_id, eos_id=eos_id,
                               stop_ids=model.config.stop_token_ids) for ids, cfg in zip(prompts, configs)]
     for row, record in stream:
@@ -360,11 +371,12 @@ class SharedBatch:
             with self.lock:
                 self.feed(self.batch)
 
-    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None) -> int:
-        """A new row (ValueError now when it does not fit); its index for `row` (`may_continue`: see
-        `BatchDecoder.add`)."""
+    def add(self, prompt_ids: list[int], cfg: DecodeConfig, may_continue=None,
+            pokes: list[Poke] | tuple[Poke, ...] = ()) -> int:
+        """A new row (ValueError now when it or its pokes do not fit); its index for `row` (`may_continue`,
+        `pokes`: see `BatchDecoder.add`)."""
         with self.lock:
-            index = self.batch.add(prompt_ids, cfg, may_continue)
+            index = self.batch.add(prompt_ids, cfg, may_continue, pokes)
             self.queues[index] = deque()
             return index
 

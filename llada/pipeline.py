@@ -67,7 +67,7 @@ class Pipeline:
     @classmethod
     def load(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu",
              mask_id: int | None = None, eos_id: int | None = None, quantize: str | None = None,
-             progress: bool = False, engine: str = "auto", decode_check: bool = True) -> "Pipeline":
+             progress: bool = False, engine: str = "auto", decode_check: bool = True, ranks=None) -> "Pipeline":
         """path: a model directory, or a Hugging Face repo id (`inclusionAI/LLaDA2.1-mini`), downloaded into the
         hub cache first (`llada.weights.hub`). dtype None: the checkpoint's on CUDA, fp32 on the CPU for small
         models, bf16 with int8 weights (`llada.weights.memory`).
@@ -75,7 +75,9 @@ class Pipeline:
         quantize: None, "fp8" (routed experts, quantized while loading), "fp8-dense" (also the dense linears),
         "int8" (CPU: experts and linear layers, `llada.fast.int8`) or "auto" (int8 on a CPU where only it fits).
         engine: "auto", "fast" or "reference" (`llada.fast.engine.use_engine`; its report is `pipe.engine`);
-        decode_check=False skips its decode check (random weights, where logits tie everywhere)."""
+        decode_check=False skips its decode check (random weights, where logits tie everywhere).
+        ranks: this process's `llada.dist.group.Ranks` when the routed experts are split across ranks (torchrun,
+        docs/distributed.md); they run on the reference engine, and rank 0's decisions are every rank's."""
         root = hub.model_path(path, progress)
         config, raw = read_config(root)  # the config's errors come first, before any weight is read
         try:
@@ -88,7 +90,10 @@ class Pipeline:
         eos = special_id("EOS", eos_id, root, raw, tokenizer, vocab)
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
-        model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress)
+        if ranks is not None and engine == "fast":
+            raise ValueError("the fast engine's fused experts hold every expert; across ranks use engine 'reference'")
+        engine = "reference" if ranks is not None else engine
+        model = load_model(root, dtype=dtype, device=device, quantize=quantize, progress=progress, ranks=ranks)
         report = use_engine(model, engine, ids=(mask, eos), decode=generate if decode_check else None)
         name = str(path) if hub.is_repo_id(str(path)) else root.name  # a hub snapshot's folder is a commit hash
         pipe = cls(model, tokenizer, mask, eos, presets, raw.get("name", name), root)
@@ -169,12 +174,13 @@ class Pipeline:
 
     def generate_batch(self, prompts: list[list[int]], configs: list[DecodeConfig] | DecodeConfig,
                        max_batch: int | None = None, texts: list[str] | None = None,
-                       modes: list[str] | None = None) -> list[Trace]:
-        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives."""
+                       modes: list[str] | None = None, pokes: list[list[Poke]] | None = None) -> list[Trace]:
+        """Decode every prompt, sharing forwards; the finished Traces in prompt order, each as `generate` gives
+        (`pokes`: each prompt's own, one list per prompt; they stay in their row)."""
         configs = check_configs(prompts, configs)
         texts, modes = texts or [""] * len(prompts), modes or [""] * len(prompts)
         traces = [self.new_trace(ids, cfg, text, mode) for ids, cfg, text, mode in zip(prompts, configs, texts, modes)]
-        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch)
+        generate_batch(self.model, prompts, configs, self.mask_id, self.eos_id, traces, max_batch, pokes)
         for trace in traces:
             trace.text = self.decode_text(trace.output_ids) if self.tokenizer is not None else None
         return traces

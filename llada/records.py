@@ -7,7 +7,7 @@ and rebuilds any step from them (the JSON of both is described in docs/trace-sch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 P_DIGITS = 4  # confidences are rounded in JSON: enough to read, keeps exports small
 KINDS = ("drafts", "edits", "mbe_edits")  # the three kinds of change, named alike everywhere
@@ -30,6 +30,33 @@ class Poke:
     step: int
     pos: int
     token: int
+
+
+def read_poke(spec, token_of: Callable[[str], int]) -> Poke:
+    """A `Poke` from `STEP:POS:TOKEN` text (as `--poke` takes it) or an object {"step", "pos", "token"}.
+
+    TOKEN is what `token_of` reads (`llada.pipeline.Pipeline.poke_token`: a token's text, `#ID` or `mask`);
+    an object may give the token as its id. ValueError naming what is wrong (the caller says which poke);
+    whether the poke fits the run (step from 1, position in the generated region) is the run's check."""
+    if isinstance(spec, str):
+        parts = spec.split(":", 2)
+        if len(parts) != 3:
+            raise ValueError("expected STEP:POS:TOKEN, e.g. 3:0:mask")
+        try:
+            step, pos = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise ValueError("STEP and POS must be whole numbers") from None
+        return Poke(step, pos, token_of(parts[2]))
+    if not isinstance(spec, dict) or set(spec) != {"step", "pos", "token"}:
+        raise ValueError('expected "STEP:POS:TOKEN" text or an object with exactly step, pos and token')
+    step, pos, token = spec["step"], spec["pos"], spec["token"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (step, pos)):
+        raise ValueError("step and pos must be whole numbers")
+    if isinstance(token, int) and not isinstance(token, bool):
+        token = f"#{token}"  # an id: read as #ID, so an unknown one is refused alike
+    if not isinstance(token, str):
+        raise ValueError("token must be a token's text, #ID, mask or a token id")
+    return Poke(step, pos, token_of(token))
 
 
 class Poked(NamedTuple):

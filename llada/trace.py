@@ -236,6 +236,11 @@ class Trace:
         """Every poke of the run, in order: (the step it followed, the poke)."""
         return [(self.records[i].step, p) for i in self.steps_index for p in self.records[i].pokes]
 
+    def poke_list(self) -> list[dict]:
+        """The pokes as JSON objects: {step (the step it followed), pos (offset in the generated region), old, new}."""
+        return [{"step": step, "pos": p.pos - self.prompt_length, "old": p.old, "new": p.token}
+                for step, p in self.pokes]
+
     @property
     def seconds(self) -> float:
         return self.elapsed[-1] if self.elapsed else 0.0

@@ -69,7 +69,7 @@ GPU_REASON = "needs a CUDA GPU"
 # process, the engine's self-check ~70 s, the documents' commands ~55 s, the embedded model's batches ~45 s, the
 # static path's golden decode ~35 s), the files not measured there by their minutes in the loaded CI run
 # (--durations); every other file follows in its collected order.
-FIRST = ("test_memory_soak.py", "test_kernels_aot.py", "test_engine_self_check.py",
+FIRST = ("test_memory_soak.py", "test_kernels_aot.py", "test_dist.py", "test_engine_self_check.py",
          "test_docs_commands.py", "test_batch_embedded.py", "test_graphs_fast.py",
          "test_browser.py", "test_batch_eval.py", "test_docs_commands_benchmarks.py",
          "test_engine_fallback.py", "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py",

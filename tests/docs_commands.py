@@ -47,6 +47,7 @@ PARTS = {
     "training": ("docs/training.md",),  # an evaluation of the embedded model
     "playground": ("docs/playground.md", "docs/humaneval.md"),  # the app's and the evaluations' --help
     "benchmarks": ("docs/benchmarks.md", "docs/gpu.md"),  # a dozen benchmarks' --help and the census
+    "distributed": ("docs/distributed.md",),  # a 2-rank torchrun run
 }
 
 

@@ -23,7 +23,7 @@ def test_endpoints_follow_the_contract(client):
     named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert {"/generate", "/compare", "/trace"} <= set(named)
     params = [p["parameter_name"] for p in named["/generate"]["parameters"]]
-    assert params == ["prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model"]
+    assert params == ["prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model", "pokes"]
     assert [p["parameter_name"] for p in named["/compare"]["parameters"]] == ["prompt", "block_length", "gen_length",
                                                                               "model"]
 
@@ -95,9 +95,9 @@ def test_optional_inputs_have_their_defaults_and_a_call_by_name_runs(client):
         required = [p["parameter_name"] for p in named[name]["parameters"] if not p["parameter_has_default"]]
         assert required in ([], ["prompt"]), (name, required)  # every documented optional input has a default
     defaults = {p["parameter_name"]: p["parameter_default"] for p in named["/generate"]["parameters"]}
-    assert {k: defaults[k] for k in ("tau_mask", "tau_edit", "block_length", "model")} == {
-        "tau_mask": None, "tau_edit": None, "block_length": None, "model": ""}  # null: the mode's own value
-    client.predict(PROMPT, "S", None, None, False, None, 8, "", api_name="/generate")  # every input given
+    assert {k: defaults[k] for k in ("tau_mask", "tau_edit", "block_length", "model", "pokes")} == {
+        "tau_mask": None, "tau_edit": None, "block_length": None, "model": "", "pokes": None}  # null: the mode's own
+    client.predict(PROMPT, "S", None, None, False, None, 8, "", None, api_name="/generate")  # every input given
     given = client.predict(api_name="/trace")["settings"]
     text, stats = client.predict(prompt=PROMPT, gen_length=8, api_name="/generate")  # by name, the rest left out
     assert stats["status"] == "done" and isinstance(text, str)
@@ -122,11 +122,39 @@ def _raw_call(url: str, name: str, data: list) -> tuple[str, str]:
     return kind, payload
 
 
-@pytest.mark.parametrize("name, data", [("generate", [PROMPT, "S"]), ("generate", [PROMPT, *GEN, "", "extra"]),
+@pytest.mark.parametrize("name, data", [("generate", [PROMPT, "S"]), ("generate", [PROMPT, *GEN, "", None, "extra"]),
                                         ("compare", [PROMPT, 8, 8, "", None]), ("compare", [])])
 def test_a_wrong_number_of_inputs_is_refused_with_their_names(client, name, data):
-    expected = {"generate": "prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model",
+    expected = {"generate": "prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model, pokes",
                 "compare": "prompt, block_length, gen_length, model"}[name]
     kind, message = _raw_call(client.src, name, data)
     assert kind == "error"
     assert f"/{name} takes {len(expected.split(', '))} inputs, in this order: {expected}; got {len(data)}" in message
+
+
+def test_generate_applies_pokes_and_lists_them_as_the_cli_does(client, tiny_model_dir):
+    from llada.pipeline import Pipeline
+    from llada.records import Poke
+
+    pokes = ["2:0:mask", {"step": 3, "pos": 1, "token": "#9"}, {"step": 10_000, "pos": 5, "token": 7}]
+    text, stats = client.predict(PROMPT, *GEN, "", pokes, api_name="/generate")
+    pipe = Pipeline.load(tiny_model_dir)
+    alone = pipe.generate(pipe.encode(PROMPT), pipe.config("Q", block_length=8, gen_length=16),
+                          pokes=[Poke(2, 0, pipe.mask_id), Poke(3, 1, 9), Poke(10_000, 5, 7)])
+    assert text == alone.text and stats["pokes"] == alone.poke_list()
+    assert [(p["pos"], p["new"]) for p in stats["pokes"]] == [(0, pipe.mask_id), (1, 9), (5, 7)]
+    assert stats["pokes"][2]["step"] <= stats["forwards"]  # a poke after the end: applied after the last forward
+    trace = client.predict(api_name="/trace")
+    assert sum(len(r.get("pokes", [])) for r in trace["records"]) == 3
+    _, plain = client.predict(PROMPT, *GEN, api_name="/generate")
+    assert "pokes" not in plain  # without pokes the stats are the ones they always were
+
+
+@pytest.mark.parametrize("pokes, message", [
+    (["0:0:mask"], "below 1"), (["1:16:mask"], "outside the generated region"), (["1:0"], "STEP:POS:TOKEN"),
+    (["a:0:mask"], "whole numbers"), (["1:0:#99999"], "unknown"), (["1:0:hello world, twice over"], "not one"),
+    ([{"step": 1, "pos": 0}], "exactly step, pos and token"), ([{"step": True, "pos": 0, "token": "mask"}], "whole"),
+    ("1:0:mask", "must be a list"), (["1:0:mask"] * 65, "at most 64")])
+def test_generate_refuses_every_bad_poke(client, pokes, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(PROMPT, *GEN, "", pokes, api_name="/generate")

@@ -103,7 +103,7 @@ def shot(page, what: str) -> None:
 def test_play_pause_scrub_and_narrate(page, lessons):
     draft = lessons["draft"]
     assert "Step 0:" in narration(page) and step_of(page) == 0
-    assert page.locator("#learn-run label").count() == 5
+    assert page.locator("#learn-run label").count() == len(lessons) == 7
     page.locator("#learn-narration").scroll_into_view_if_needed()
     shot(page, "first")
     page.click("#learn-play")
@@ -177,3 +177,29 @@ def test_s_vs_q_side_by_side_with_a_verdict_in_either_theme(page, lessons):
 def luminance(css_color: str) -> float:
     r, g, b = (float(x) for x in re.findall(r"[\d.]+", css_color)[:3])  # rgb(r, g, b) or rgba(r, g, b, a)
     return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def test_the_heal_lesson_shows_the_poke_and_its_repair_and_the_indel_lesson_its_moves(page, lessons):
+    heal = lessons["heal"]
+    (poke_step, poke), = heal.runs[0].pokes
+    pick(page, heal)
+    hold(page, poke_step)
+    cell = page.locator(f'#canvas-learn .tok[data-pos="{poke.pos}"]')
+    assert cell.get_attribute("data-state") == "poke" and "a poke" in narration(page)
+    set_number(page, "learn-step", poke_step + 1)  # the next forward edits it back
+    page.wait_for_selector(f'#canvas-learn .tok.poked[data-pos="{poke.pos}"][data-state="edit"]', timeout=60_000)
+    assert "poked after step" in narration(page)
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
+    shot(page, "heal")
+
+    indel = lessons["indel"]
+    pick(page, indel)
+    assert "assets/model22/README.md" in page.inner_text("#learn-caption")
+    t = indel.runs[0]
+    for state, kind in (("delete", "deletes"), ("insert", "inserts")):
+        step = min(r.step for r in t.records if r.kind == "decode" and getattr(r, kind))
+        hold(page, step)
+        page.wait_for_selector(f'#canvas-learn [data-state="{state}"]', timeout=60_000)
+        assert ("DELETE removed" if state == "delete" else "SPLIT opened") in narration(page)
+    page.locator("#canvas-learn").scroll_into_view_if_needed()
+    shot(page, "indel")

@@ -14,7 +14,7 @@ from ui.learn.lessons import Recording, problems
 from ui.render.narrate import narrate, p_text, story, token_list, token_text
 from ui_helpers import hand_trace
 
-IDEAS = ("draft", "edit", "modes", "mbe", "baseline")
+IDEAS = ("draft", "edit", "modes", "mbe", "baseline", "heal", "indel")
 
 
 def shortened(trace: Trace, steps: int, **changes) -> Trace:
@@ -134,7 +134,9 @@ def test_each_idea_has_a_lesson_that_shows_it(shipped):
     assert tuple(by_idea) == IDEAS
     for rec in shipped.values():
         assert problems(rec) == [], rec.title
-        assert rec.caption and all(t.status == "done" and t.model == "llada2-cpu-moe" for t in rec.runs)
+        model = ("llada2.2-cpu-moe", "assets/model22") if rec.idea == "indel" else ("llada2-cpu-moe", "assets/model")
+        assert rec.caption and (rec.model, rec.model_dir) == model
+        assert all(t.status == "done" and t.model == rec.model for t in rec.runs)
     s, q = by_idea["modes"].runs
     assert (s.mode, q.mode) == ("S", "Q") and s.prompt == q.prompt
     assert (s.settings.threshold, s.settings.block_length, q.settings.threshold, q.settings.block_length) == \

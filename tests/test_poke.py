@@ -186,3 +186,38 @@ def test_cli_refuses_every_bad_poke_with_one_error_line(capsys, tiny_model_dir, 
                           "--block-length", 4, "--poke", poke)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and out == "" and len(errors) == 1 and message in errors[0], err
+
+
+def test_cli_batch_pokes_stay_in_their_row(capsys, tmp_path, fixture_dir, ref_model):
+    path = tmp_path / "prompts.txt"
+    lines = ['{"prompt": [5, 6, 7, 8], "pokes": ["2:0:mask", "3:1:#9"]}', "5,6,7,8", '{"prompt": [9, 10, 11]}',
+             '{"prompt": [9, 10, 11], "pokes": ["4:5:#42"]}']
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = _cli(capsys, "--model", fixture_dir, "--mask-id", MASK, "--eos-id", EOS, "--prompts-file", path,
+                          "--batch-size", 3, "--gen-length", 16, "--block-length", 4, "--threshold", 0.0,
+                          "--editing-threshold", 0.0, "--max-post-steps", 2, "--json")
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    rows = [([5, 6, 7, 8], [Poke(2, 0, MASK), Poke(3, 1, 9)]), ([5, 6, 7, 8], []), ([9, 10, 11], []),
+            ([9, 10, 11], [Poke(4, 5, 42)])]
+    for result, (prompt, pokes) in zip(got, rows):  # each row is the run its prompt and pokes get alone
+        alone = generate(ref_model, prompt, _cfg(), MASK, EOS, pokes=pokes)
+        assert result["output_ids"] == alone.output_ids
+        assert result.get("pokes", []) == alone.poke_list() and len(alone.poke_list()) == len(pokes)
+    assert "pokes" not in got[1] and "pokes" not in got[2]  # a row without pokes: the object it always was
+    assert got[0]["output_ids"] != got[1]["output_ids"]  # the pokes changed their row's run
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": [5, 6, 7], "pokes": ["0:0:mask"]}', "prompt 0: poke step 0 is below 1"),
+    ('{"prompt": [5, 6, 7], "pokes": ["1:0"]}', "line 1: poke '1:0': expected STEP:POS:TOKEN"),
+    ('{"prompt": [5, 6, 7], "pokes": "1:0:mask"}', "must be a list"),
+    ('{"prompt": [5, 6, 7], "poke": []}', '"pokes" optional'), ('{"prompt": "x"', "not a valid JSON object"),
+    ('{"prompt": true}', "list of token ids")])
+def test_cli_batch_refuses_a_bad_rows_poke(capsys, tmp_path, fixture_dir, line, message):
+    path = tmp_path / "prompts.txt"
+    path.write_text(line + "\n")
+    code, out, err = _cli(capsys, "--model", fixture_dir, "--mask-id", MASK, "--eos-id", EOS, "--prompts-file", path,
+                          "--gen-length", 16, "--block-length", 4)
+    errors = [text for text in err.splitlines() if text.startswith("error:")]
+    assert code == 2 and out == "" and len(errors) == 1 and message in errors[0], err

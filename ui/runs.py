@@ -90,9 +90,9 @@ def start(pipe, req: Request, budget: Budget | None = None) -> LiveRun:
     try:
         if pipe.model.device.type == "cpu":
             streams = scheduler(pipe)
-            stream = streams.row(streams.add(ids, cfg, budget.allows))  # checks the settings and the prompt now
+            stream = streams.row(streams.add(ids, cfg, budget.allows, req.pokes))  # checks inputs and pokes now
         else:  # a lone run keeps the GPU's own forward path (CUDA graphs)
-            stream = pipe.stream(ids, cfg)
+            stream = pipe.stream(ids, cfg, req.pokes)
     except ValueError as err:
         raise InputError(str(err)) from None
     trace = pipe.new_trace(ids, cfg, prompt=req.prompt, mode=req.settings.mode)

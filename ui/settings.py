@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from llada.config import DecodeConfig
 from llada.presets import load_presets, merged, resolve
+from llada.records import Poke, read_poke
 
 MODES = ("S", "Q", "M2T only", "Custom", "S (official)", "Q (official)")
 ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S",  # UI label -> preset
@@ -28,6 +29,7 @@ ENGINE_MODE = {"S": "S", "Q": "Q", "M2T only": "M2T", "M2T": "M2T", "Custom": "S
 LIMITS = {"block_length": (4, 128), "gen_length": (8, 1024), "max_post_steps": (0, 64), "mbe_window": (1, 4),
           "temperature": (0.0, 2.0), "seed": (0, 2**31 - 1)}
 MAX_PROMPT_CHARS = 8000
+MAX_POKES = 64  # more pokes than a run of the longest length has steps to read is not a lesson
 PRESET_KEYS = ("threshold", "editing_threshold", "max_post_steps", "block_length")
 INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp", "Cs")  # control, format (zero-width), separators, surrogates
 
@@ -44,10 +46,11 @@ class RunSettings(NamedTuple):
 
 
 class Request(NamedTuple):
-    """A checked request: the prompt and its run's settings."""
+    """A checked request: the prompt, its run's settings and the pokes it carries (`check_pokes`)."""
 
     prompt: str
     settings: RunSettings
+    pokes: tuple[Poke, ...] = ()
 
 
 def _number(name: str, value, low: float, high: float, integer: bool = False) -> float | int:
@@ -139,6 +142,26 @@ def check_settings(presets: dict[str, dict] | None, mode="S", tau_mask=None, tau
 def check_request(presets: dict[str, dict] | None, prompt, mode="S", **settings) -> Request:
     """A checked Request (the prompt first, then `check_settings`), or InputError."""
     return Request(check_prompt(prompt), check_settings(presets, mode, **settings))
+
+
+def check_pokes(pokes, token_of) -> tuple[Poke, ...]:
+    """Pokes as a caller sends them (null or a list of `STEP:POS:TOKEN` texts or {step, pos, token} objects,
+    read by `llada.records.read_poke` with `token_of`), or InputError naming the bad one. Whether each fits
+    the run (a step from 1, a position in the generated region) is checked when the run starts."""
+    if pokes is None:
+        return ()
+    if not isinstance(pokes, (list, tuple)):
+        raise InputError(f'pokes must be a list of "STEP:POS:TOKEN" texts or {{step, pos, token}} objects, '
+                         f"got {_shown(pokes)}")
+    if len(pokes) > MAX_POKES:
+        raise InputError(f"at most {MAX_POKES} pokes per run, got {len(pokes)}")
+    out = []
+    for i, spec in enumerate(pokes):
+        try:
+            out.append(read_poke(spec, token_of))
+        except ValueError as err:
+            raise InputError(f"pokes[{i}] {_shown(spec)}: {err}") from None
+    return tuple(out)
 
 
 def presets_of(model_path: str | Path | None) -> dict[str, dict]:

@@ -1,7 +1,7 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
 NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, gpu-check, lease, train,
-indel.
+indel, repair.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
            "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
            "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul",
-           "indel": "a LLaDA2.2-format model on the tasks: accuracy, TPF, runs with inserts and deletes"}
+           "indel": "a LLaDA2.2-format model on the tasks: accuracy, TPF, runs with inserts and deletes",
+           "repair": "one corrupted token of a finished answer: how often T2T (and MBE) edits it back"}
 
 
 def main(argv: list[str]) -> int:

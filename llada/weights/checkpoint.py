@@ -19,6 +19,8 @@ Loading (`load_model`) never holds a second copy of the weights:
    bf16: each expert is quantized (128x128 tiles, `llada.fast.kernels.quantize_weight_fp8`) as it is read.
    A directory written by `python -m llada.weights.fp8_checkpoint` (`llada.weights.fp8_format`) holds the fp8 experts
    and their scales already: they are read straight into the FP8 buffers, nothing is quantized.
+   With `ranks` (`llada.dist.group.Ranks`) the routed experts are split across ranks (`llada.dist.experts`):
+   this rank's slice is the only part of them it allocates and reads; the other ranks' experts are skipped.
    With `quantize="int8"` (CPU) every matrix `llada.fast.int8` quantizes is quantized as it is read, one
    tensor at a time (`llada.weights.int8_format.Sinks`); a directory written by
    `python -m llada.weights.int8_checkpoint` is read straight into the int8 buffers.
@@ -40,6 +42,7 @@ from torch import nn
 
 from . import fp8_format, int8_format, memory
 from ..config import ConfigError, ModelConfig, read_json
+from ..dist.experts import expert_slice, shard_experts
 from ..model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 
@@ -108,8 +111,9 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
             out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
             continue
         E, N, K = t.shape
+        first = getattr(model.get_submodule(m[1]), "first_expert", 0)  # a rank's slice starts there
         for e in range(E):
-            prefix = f"model.{m[1]}.{e}"
+            prefix = f"model.{m[1]}.{first + e}"
             if m[2] == "w2":
                 out[f"{prefix}.down_proj.weight"] = Slot(key, e, None, (N, K))
             else:
@@ -145,6 +149,8 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
     out = []
     for name, entry in sorted(found.items(), key=lambda kv: (kv[1].file, kv[1].begin)):
         slot = expected.get(name)
+        if slot is None and _other_ranks(name, model):
+            continue  # another rank's expert: that rank reads it
         if slot is None:
             _unexpected(entry, model.config)
             continue
@@ -155,6 +161,20 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
                                   "matrices are int8 (python -m llada.weights.int8_checkpoint)")
         out.append((entry, slot))
     return out
+
+
+def _other_ranks(name: str, model: LLaDA2MoE) -> bool:
+    """Whether `name` is a routed expert's tensor that another rank holds (expert parallel loading)."""
+    m = re.match(r"^model\.(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+    if not m:
+        return False
+    try:
+        experts = model.get_submodule(m[1])
+    except AttributeError:
+        return False
+    first = getattr(experts, "first_expert", None)
+    return first is not None and int(m[2]) < experts.num_experts and \
+        not first <= int(m[2]) < first + experts.w13.shape[0]
 
 
 def _bias_hint(name: str, root: Path) -> str:
@@ -183,17 +203,27 @@ def _unexpected(entry: Entry, cfg: ModelConfig) -> None:
 
 
 def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
-               quantize: str | None = None, progress: bool = False) -> LLaDA2MoE:
+               quantize: str | None = None, progress: bool = False, ranks=None) -> LLaDA2MoE:
     """The model of a Hugging Face directory, loaded shard by shard into `dtype` on `device`.
 
     dtype None: the checkpoint's dtype on CUDA, fp32 on the CPU for small models, bf16 with int8 weights
     (`memory.default_dtype`). quantize: None, "fp8" (routed experts quantized while loading), "fp8-dense" (also
     the dense linears), "int8" (CPU: experts and linears, `llada.fast.int8`) or "auto" (int8 on the CPU when
-    the model fits only so, `memory.auto_quantize`); a quantized directory loads as it is stored."""
+    the model fits only so, `memory.auto_quantize`); a quantized directory loads as it is stored. ranks: this
+    rank's place (`llada.dist.group.Ranks`) when the routed experts are split across ranks (plain weights only)."""
     root, device = Path(path), torch.device(device)
     if quantize not in (None, "auto", *QUANTIZE):
         raise ValueError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)} or auto")
     cfg, raw = read_config(root)
+    if ranks is not None and quantize not in (None, "auto"):
+        raise CheckpointError(f"{root}: expert parallel loading reads plain weights; quantize={quantize!r} "
+                              "across ranks is not supported yet (load without --quantize)")
+    quantize = None if ranks is not None else quantize  # "auto" across ranks: each rank's slice as saved
+    world = 1 if ranks is None else ranks.world
+    try:
+        expert_slice(cfg.num_experts, 0, world)  # a world that cannot split the experts: refused before all else
+    except ValueError as err:
+        raise CheckpointError(f"{root / 'config.json'}: {err}") from None
     stored = _stored(root, raw, device, None if quantize == "auto" else quantize)
     if quantize == "auto":
         quantize = stored or memory.auto_quantize(cfg, device, dtype)
@@ -202,11 +232,15 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
                               "load bf16, or fp8 on a GPU with FP8")
     dtype = dtype or memory.default_dtype(cfg, device, quantize)
-    why = memory.does_not_fit(cfg, dtype, device, quantize)
+    why = memory.does_not_fit(cfg, dtype, device, quantize, world=world)
     if why:
         raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
     with torch.device("meta"):
         model = LLaDA2MoE(cfg).to(dtype)
+    if ranks is not None:
+        if stored:
+            raise CheckpointError(f"{root}: holds {stored} weights; expert parallel loading reads plain weights")
+        shard_experts(model, ranks.rank, ranks.world)
     if stored:  # the quantized tensors and their scales are tensors of the files, read as they are
         (_fp8_experts if stored == "fp8" else int8_format.swap_modules)(model)
         slots = _checked(plan(root, model), model, stored)
@@ -226,6 +260,7 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         from ..fast.quantize import quantize_model_fp8  # the experts are fp8 already; this swaps the dense linears
 
         quantize_model_fp8(model, dense=True)
+    model.ranks = ranks  # the decode drivers take rank 0's decisions on every rank (`llada.decode`)
     return model.eval().requires_grad_(False)
 
 

@@ -43,12 +43,15 @@ def default_dtype(cfg: ModelConfig, device: str | torch.device, quantize: str | 
     return saved
 
 
-def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = None) -> int:
+def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = None, world: int = 1) -> int:
     """Bytes of the loaded weights: routed experts in fp8 (1 byte + tile scales) with "fp8" / "fp8-dense",
-    every quantized matrix in int8 (1 byte + a bf16 scale per row) with "int8"."""
+    every quantized matrix in int8 (1 byte + a bf16 scale per row) with "int8". world > 1: one rank's bytes
+    when the routed experts are split across `world` ranks (`llada.dist.experts`, plain weights)."""
     parts = cfg.parameter_counts()
     size = dtype.itemsize
     total = sum(parts.values()) * size
+    if world > 1:
+        return total - parts["routed_experts"] * size // world * (world - 1)
     if quantize == "int8":
         weights, rows = int8_rows(cfg)
         return total - weights * (size - 1) + rows * 2
@@ -97,15 +100,17 @@ def available_bytes(device: str | torch.device) -> int | None:
 
 
 def does_not_fit(cfg: ModelConfig, dtype: torch.dtype, device: str | torch.device, quantize: str | None = None,
-                 room: int | None = None) -> str | None:
-    """None when the weights fit `device` (or `room` bytes) with HEADROOM to spare; else why not."""
-    need = weight_bytes(cfg, dtype, quantize)
+                 room: int | None = None, world: int = 1) -> str | None:
+    """None when the weights (one rank's of `world`) fit `device` (or `room` bytes) with HEADROOM to spare;
+    else why not."""
+    need = weight_bytes(cfg, dtype, quantize, world)
     room = available_bytes(device) if room is None else room
     if room is None or need + HEADROOM <= room:
         return None
     parts = cfg.parameter_counts()
     largest = max(parts, key=parts.get)
-    return (f"the weights need {need / GIB:.1f} GiB in {str(dtype).removeprefix('torch.')}"
+    return (f"the weights need {need / GIB:.1f} GiB{f' per rank of {world}' if world > 1 else ''} in "
+            f"{str(dtype).removeprefix('torch.')}"
             f"{_WITH.get(quantize, '')} but {torch.device(device).type} has "
             f"{room / GIB:.1f} GiB available (largest part: {largest}, {parts[largest]:,} parameters from "
             f"{_KEYS[largest]})")

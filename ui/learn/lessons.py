@@ -4,10 +4,14 @@ A lesson (`Recording`) shows one idea of the decoder on one prompt with one run,
 side at the same step (S vs Q; without and with MBE). `python -m ui.learn.record` writes the file:
 
     {"model": "...", "lessons": [{"idea": "edit", "title": "...", "caption": "...", "answer": "1308",
+                                  "model": "llada2-cpu-moe", "model_dir": "assets/model",
                                   "runs": [trace, ...]}, ...]}
 
-where each trace follows docs/trace-schema.md. The view (ui/learn/view.py) replays them without a
-model. `problems` says what a lesson fails to show of its idea (the recorder and the tests ask it).
+where each trace follows docs/trace-schema.md. Each lesson names the model that made it: its name (as its
+traces carry it) and its directory (a lesson on LLaDA2.2's moves is recorded on assets/model22, the others on
+the embedded assets/model); the file's top-level `model` is the default model's name. The view
+(ui/learn/view.py) replays them without a model and names each lesson's model and card. `problems` says
+what a lesson fails to show of its idea (the recorder and the tests ask it).
 """
 
 from __future__ import annotations
@@ -36,11 +40,22 @@ class Recording:
     caption: str = ""
     idea: str = ""
     answer: str | None = None  # None: the prompt has no checkable answer
+    model_dir: str = ""  # the model's directory, relative to the repository ("": not known, e.g. a bare trace)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Recording":
-        return cls(title=d["title"], runs=tuple(Trace.from_dict(t) for t in d["runs"]), caption=d.get("caption", ""),
-                   idea=d.get("idea", ""), answer=d.get("answer"))
+        runs = tuple(Trace.from_dict(t) for t in d["runs"])
+        model = d.get("model", runs[0].model if runs else "")
+        if any(t.model != model for t in runs):
+            raise ValueError(f"lesson {d['title']!r} names model {model!r} but its runs were made by "
+                             f"{sorted({t.model for t in runs})}")
+        return cls(title=d["title"], runs=runs, caption=d.get("caption", ""), idea=d.get("idea", ""),
+                   answer=d.get("answer"), model_dir=d.get("model_dir", ""))
+
+    @property
+    def model(self) -> str:
+        """The name of the model that made the lesson's runs."""
+        return self.runs[0].model if self.runs else ""
 
     @property
     def steps(self) -> int:
@@ -50,7 +65,8 @@ class Recording:
     def run_name(trace: Trace) -> str:
         mbe = " + MBE" if trace.settings.mbe else ""
         off = " (editing off)" if trace.settings.editing_threshold is None and trace.mode != "M2T only" else ""
-        return f"{trace.mode or '?'}{mbe}{off}"
+        poke = " + poke" if trace.pokes else ""
+        return f"{trace.mode or '?'}{mbe}{off}{poke}"
 
     def right(self, trace: Trace) -> bool | None:
         return None if self.answer is None else is_right(trace.text, self.answer)
@@ -98,7 +114,7 @@ def problems(rec: Recording) -> list[str]:
             out.append(what)
 
     first = runs[0]
-    if rec.idea in ("draft", "edit", "baseline") and rec.answer is not None:
+    if rec.idea in ("draft", "edit", "baseline", "heal", "indel") and rec.answer is not None:
         need(rec.right(first) is True, f"the answer is wrong: {first.text!r}")
     if rec.idea == "draft":
         need(parallel_drafts(first) >= MIN_PARALLEL, f"no forward drafts {MIN_PARALLEL} or more answer tokens")
@@ -115,4 +131,34 @@ def problems(rec: Recording) -> list[str]:
         need(rec.right(on) is True and rec.right(off) is False, "MBE did not turn a wrong answer right")
     elif rec.idea == "baseline":
         need(first.settings.editing_threshold is None and first.edits == 0, "editing is not off")
+    elif rec.idea == "heal":
+        out += heal_problems(first)
+    elif rec.idea == "indel":
+        need(first.inserts >= 1 and first.deletes >= 1, f"the run does not both insert and delete "
+             f"({first.inserts} inserts, {first.deletes} deletes)")
+    return out
+
+
+def healed_at(trace: Trace) -> int | None:
+    """The step whose edit restored the token the first poke overwrote (None: never restored)."""
+    poke_step, poke = trace.pokes[0]
+    for k in range(poke_step + 1, trace.steps + 1):
+        r = trace.step_record(k)
+        if any(c.pos == poke.pos and c.token == poke.old for c in r.edits + r.mbe_edits):
+            return k
+    return None
+
+
+def heal_problems(trace: Trace) -> list[str]:
+    """A heal lesson: one poke, into a finished answer (after the block's last forward), edited back by T2T."""
+    if len(trace.pokes) != 1:
+        return [f"the run has {len(trace.pokes)} pokes, not one"]
+    step, poke = trace.pokes[0]
+    before = trace.step_record(step)
+    out = [] if before.phase == "verify" and not before.changes else [
+        f"the poke follows step {step}, which did not leave its block verified and final"]
+    if poke.old in (trace.mask_id, trace.eos_id) or poke.token == trace.mask_id:
+        out.append("the poke does not replace an answer token with another token")
+    if healed_at(trace) is None:
+        out.append("no edit restores the poked token")
     return out

@@ -7,6 +7,11 @@ A lesson shows one idea of the decoder on one prompt, with one run or two side b
     modes     S vs Q on the same prompt: S needs fewer forwards, Q gets it right
     mbe       Multi-Block Editing: the same settings without and with MBE; with it an earlier block is repaired
     baseline  M2T only: cautious drafting, editing off
+    heal      break it and watch it heal: a finished answer poked (one token corrupted), T2T edits it back
+    indel     LLaDA2.2's moves, on assets/model22: a DELETE and a SPLIT (an inserted mask) in one run
+
+A lesson names its model (`Lesson.model`, the embedded assets/model unless it says otherwise); the
+recorder loads each model once and writes its name and directory beside the lesson.
 
 The default `LESSONS` were found on the shipped model by `python -m ui.learn.lesson_search` (held-out
 items of llada/data/tasks.py). Recording is deterministic: greedy decoding on one CPU thread, and the
@@ -30,9 +35,9 @@ from typing import NamedTuple
 
 from llada.trace import Trace
 
-from ..models import DEFAULT_MODEL
+from ..models import DEFAULT_MODEL, MODEL22, ROOT
 from ..runs import drain, start
-from ..settings import check_request
+from ..settings import check_pokes, check_request
 from .lessons import RECORDING, Recording, problems
 
 SEARCH = "python -m ui.learn.lesson_search --model DIR"
@@ -46,6 +51,8 @@ class RunSpec(NamedTuple):
     block_length: int | None = None  # None: the mode's preset
     mbe_window: int = 1
     edit: bool = True  # False: editing (T2T) off
+    pokes: tuple[str, ...] = ()  # STEP:POS:TOKEN as `--poke` takes them; a STEP past the run's end (`AFTER_END`)
+    # applies to the finished answer and re-opens its block
 
     @classmethod
     def parse(cls, text: str, block_length: int | None = None) -> "RunSpec":
@@ -65,6 +72,10 @@ class Lesson:
     answer: str | None  # the checkable answer (None for free text)
     runs: tuple[RunSpec, ...]
     gen_length: int = 32
+    model: Path = DEFAULT_MODEL  # the model directory the lesson is recorded on
+
+
+AFTER_END = 1000  # a poke step past any lesson's last forward: the poke applies to the finished answer
 
 
 ZELMIVO = ("def cube(zelmivo):\n", "    return zelmivo * zelmivo * zelmivo\n")
@@ -91,14 +102,23 @@ LESSONS = (
     Lesson("baseline", "5 · M2T only: no editing",
            "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in more forwards, "
            "and a token once written never changes.", *ZELMIVO, (RunSpec("M2T only"),)),
+    Lesson("heal", "6 · Break it and watch it heal",
+           "Lesson 1's answer, finished and verified; then a poke from outside overwrites one piece of the second "
+           "name (`zel` → `comp`). The block re-opens, the next forward reads `compmivo` between two `zelmivo`s, "
+           "and a T2T edit writes `zel` back.", *ZELMIVO, (RunSpec("S", pokes=(f"{AFTER_END}:8:comp",)),)),
+    Lesson("indel", "7 · Insertion and deletion (LLaDA2.2)",
+           "On the small LLaDA2.2 model, S drafts the second name as `f·bat·bat·bat`: one `bat` too many, the `e` "
+           "missing. A DELETE removes a `bat` and the text closes up; then a SPLIT opens a mask before `bat`, "
+           "and a later forward fills it with `e`.", "def square(febatbat):\n", "    return febatbat * febatbat\n",
+           (RunSpec("S"),), model=MODEL22),
 )
 
 
 def run_trace(pipe, prompt: str, spec: RunSpec, gen_length: int) -> Trace:
-    """One run of `spec` through the playground's own path (checked request, live run drained)."""
+    """One run of `spec` through the playground's own path (checked request and pokes, live run drained)."""
     req = check_request(pipe.presets, prompt, spec.mode, edit=spec.edit, mbe=spec.mbe,
                         mbe_window=spec.mbe_window, block_length=spec.block_length, gen_length=gen_length)
-    return drain(start(pipe, req))
+    return drain(start(pipe, req._replace(pokes=check_pokes(list(spec.pokes), pipe.poke_token))))
 
 
 def without_timings(trace: Trace) -> dict:
@@ -109,29 +129,57 @@ def without_timings(trace: Trace) -> dict:
     return Trace.from_dict(data).to_dict()
 
 
-def record_lesson(pipe, lesson: Lesson) -> dict:
+def record_lesson(pipe, lesson: Lesson, model_dir: Path) -> dict:
     runs = [without_timings(run_trace(pipe, lesson.prompt, spec, lesson.gen_length)) for spec in lesson.runs]
     return {"idea": lesson.idea, "title": lesson.title, "caption": lesson.caption, "answer": lesson.answer,
-            "runs": runs}
+            "model": pipe.name, "model_dir": shown_dir(model_dir), "runs": runs}
+
+
+def shown_dir(model_dir: Path) -> str:
+    """A model directory as a recording names it: relative to the repository when inside it."""
+    path = Path(model_dir).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(model_dir)
+
+
+class Models:
+    """The models of the lessons, each loaded once, on first use."""
+
+    def __init__(self, default: Path):
+        self.default, self.loaded = Path(default), {}
+
+    def dir_of(self, lesson: Lesson) -> Path:
+        """The lesson's own model; lessons of the embedded model follow `--model`."""
+        return self.default if Path(lesson.model) == DEFAULT_MODEL else Path(lesson.model)
+
+    def get(self, model_dir: Path):
+        from llada.pipeline import Pipeline
+
+        key = Path(model_dir).resolve()
+        if key not in self.loaded:
+            self.loaded[key] = Pipeline.load(model_dir)
+        return self.loaded[key]
 
 
 def record_file(model: Path, out: Path, lessons: tuple[Lesson, ...] = LESSONS) -> dict:
     import torch
 
-    from llada.pipeline import Pipeline
-
     torch.set_num_threads(1)  # one thread: the same sums in the same order, run after run
-    pipe = Pipeline.load(model)
-    data = {"model": pipe.name, "lessons": [record_lesson(pipe, lesson) for lesson in lessons]}
+    models = Models(model)
+    recorded = []
+    for lesson in lessons:
+        model_dir = models.dir_of(lesson)
+        recorded.append(record_lesson(models.get(model_dir), lesson, model_dir))
+    data = {"model": models.get(model).name, "lessons": recorded}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     return data
 
 
-def custom_lesson(prompt: str, runs: list[str], block_length: int | None, gen_length: int) -> Lesson:
+def custom_lesson(prompt: str, runs: list[str], block_length: int | None, gen_length: int,
+                  model: Path = DEFAULT_MODEL) -> Lesson:
     specs = tuple(RunSpec.parse(r, block_length) for r in runs)
     title = " vs ".join(runs) + f": {prompt[:40]}"
-    return Lesson("custom", title, "", prompt, None, specs, gen_length)
+    return Lesson("custom", title, "", prompt, None, specs, gen_length, model)
 
 
 def report(data: dict) -> list[str]:
@@ -143,7 +191,8 @@ def report(data: dict) -> list[str]:
             s = trace.stats()
             lines.append(f"{recording.title} · {recording.run_name(trace)}: {s['forwards']} forwards, "
                          f"{s['tokens']} tokens, TPF {s['tpf']:.2f}, drafts {s['drafts']}, edits {s['edits']}, "
-                         f"MBE edits {s['mbe_edits']}, answer {recording.verdict(trace)}")
+                         f"MBE edits {s['mbe_edits']}, inserts {trace.inserts}, deletes {trace.deletes}, "
+                         f"pokes {len(trace.pokes)}, answer {recording.verdict(trace)}")
         bad += [f"{recording.title}: {p}" for p in problems(recording)]
     return lines + [f"NOT SHOWN: {p} (find new prompts with `{SEARCH}`)" for p in bad]
 
@@ -161,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     lessons = LESSONS
     if args.prompt is not None:
         try:
-            lessons = (custom_lesson(args.prompt, args.runs, args.block_length, args.gen_length),)
+            lessons = (custom_lesson(args.prompt, args.runs, args.block_length, args.gen_length, args.model),)
         except ValueError as err:
             parser.error(str(err))
     lines = report(record_file(args.model, args.out, lessons))

@@ -2,7 +2,8 @@
 
 The view replays a lesson without a model: play / pause (a `gr.Timer`), a step scrubber, *next edit*,
 one line of narration per step (ui/render/narrate.py, computed from the trace) and each run's numbers
-with its answer checked. The browser keeps the lesson's replay (`replay_of`: each run's canvas replay and
+with its answer checked. Each lesson names the model that made it (the embedded one, or assets/model22 for
+LLaDA2.2's moves) and its card. The browser keeps the lesson's replay (`replay_of`: each run's canvas replay and
 the narration's lines per step) and draws a scrubbed step from it at once, as the Playground does
 (ui/render/live.py); the server draws play, ticks and *next edit*, with the player every tab shares
 (ui/player.py). `build_view(recordings)` creates the components inside the tab, `wire` their events.
@@ -84,8 +85,9 @@ def caption_html(rec: Recording | None) -> str:
     first = rec.runs[0]
     prompt = visible(first.prompt)
     caption = f'<p class="caption">{escape(rec.caption)}</p>' if rec.caption else ""
-    return (f"{caption}<p class=\"recording-label\">Recording (not live) of model <code>{escape(first.model)}</code> "
-            f"on the prompt <code>{escape(prompt)}</code>, made with this engine by <code>{RECORD}</code>."
+    card = f" (its card: <code>{escape(rec.model_dir)}/README.md</code>)" if rec.model_dir else ""
+    return (f"{caption}<p class=\"recording-label\">Recording (not live) of model <code>{escape(rec.model)}</code>"
+            f"{card} on the prompt <code>{escape(prompt)}</code>, made with this engine by <code>{RECORD}</code>."
             "</p>")
 
 
@@ -98,10 +100,16 @@ def stats_html(rec: Recording | None) -> str:
         s = t.stats()
         numbers = (f"{s['forwards']} forwards ({s['decode_forwards']} decode + {s['cache_forwards']} cache) · "
                    f"{s['tokens']} tokens · TPF {s['tpf']:.2f} · drafts {s['drafts']} · edits {s['edits']} · "
-                   f"MBE edits {s['mbe_edits']}")
+                   f"MBE edits {s['mbe_edits']}" + _moves(t))
         answer = f"answer <code>{escape(rec.verdict(t))}</code>"
         rows.append(f"<li><b>{escape(rec.run_name(t))}</b>: {numbers} · {answer}</li>")
     return f'<div class="learn-stats"><ul>{"".join(rows)}</ul>{_comparison(rec)}</div>'
+
+
+def _moves(t: Trace) -> str:
+    """The run's inserts, deletes and pokes, where it has any (a 2.1 lesson without pokes shows none)."""
+    counts = {"inserts": t.inserts, "deletes": t.deletes, "pokes": len(t.pokes)}
+    return "".join(f" · {name} {n}" for name, n in counts.items() if n)
 
 
 def _comparison(rec: Recording) -> str:

@@ -12,37 +12,47 @@ import gradio as gr
 from llada.trace import Trace
 
 from ..frame import Throttle, problem
-from ..runs import interleave, start
-from ..settings import Request, check_prompt, check_settings, presets_of
+from ..runs import LiveRun, interleave, start
+from ..settings import Request, check_pokes, check_prompt, check_settings, presets_of
 from .compare import compare_runs
 from .run import CHART_FPS, partial_text
 
 
-def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None):
+def generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length, model=None, pokes=None):
     """Streams (text so far, stats); the last update is the final text and the run's stats.
 
     A named mode sets the thresholds; tau_mask / tau_edit given explicitly (not null) override it.
-    model: an offered model's name (empty or null: the default model)."""
+    model: an offered model's name (empty or null: the default model). pokes: null or a list of
+    `STEP:POS:TOKEN` texts or {step, pos, token} objects, as the CLI's `--poke` takes them
+    (`ui.settings.check_pokes`); with any, the stats list them as `pokes` ({step, pos, old, new}, as applied)."""
     try:
         prompt = check_prompt(prompt)
         path = models.path_of(model)
         settings = check_settings(presets_of(path or models.default), mode, tau_mask=tau_mask, tau_edit=tau_edit,
                                   mbe=mbe, block_length=block_length, gen_length=gen_length)
-        run = start(models.get(path), Request(prompt, settings))
+        pipe = models.get(path)
+        req = Request(prompt, settings, check_pokes(pokes, pipe.poke_token))
+        run = start(pipe, req)
     except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
         raise problem(err).error() from None
     due = Throttle(1 / CHART_FPS)
     try:
-        yield "", api_stats(run.trace, run.pipe), run.trace
+        yield "", _stats(run, req), run.trace
         for record in run.records:
             if record.kind == "decode" and due.due():
-                yield partial_text(run), api_stats(run.trace, run.pipe), run.trace
+                yield partial_text(run), _stats(run, req), run.trace
         run.close("done")
     except Exception as err:  # noqa: BLE001 - refused or failed: a Gradio error (ui.frame.problem)
         raise problem(err).error() from None
     finally:
         run.close()
-    yield run.trace.text, api_stats(run.trace, run.pipe), run.trace
+    yield run.trace.text, _stats(run, req), run.trace
+
+
+def _stats(run: LiveRun, req: Request) -> dict:
+    """`api_stats` of a /generate run, with its pokes (as applied so far) when the request carries any."""
+    poked = {"pokes": run.trace.poke_list()} if req.pokes else {}
+    return api_stats(run.trace, run.pipe) | poked
 
 
 def api_stats(trace: Trace, pipe=None) -> dict:

@@ -116,10 +116,11 @@ def generate_ui(models, prompt=None, model=None, ghost=False, **widgets):
     except Exception as err:  # noqa: BLE001 - refused or failed: told in #error (ui.frame.problem)
         yield cleared(problem(err).html)
         return
-    yield from _stream(run, ghost, scope_hint(prompt, knows(model or models.default)))
+    yield from stream_frames(run, ghost, scope_hint(prompt, knows(model or models.default)))
 
 
-def _stream(run: LiveRun, ghost: bool, hint: str = ""):
+def stream_frames(run: LiveRun, ghost: bool, hint: str = ""):
+    """The frames of a started run (a playground run, a poked re-run): live patches, then its final frame."""
     live, frames = LiveCanvas("canvas", ghost), Throttle(1 / CANVAS_FPS)
     chart_due = Throttle(1 / CHART_FPS, wait_first=True)  # charts of one point say nothing
     error = ""

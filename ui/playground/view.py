@@ -13,10 +13,11 @@ import gradio as gr
 from ..render import canvas, tables
 from ..render.live import FOLLOW_JS, PATCHER_JS, canvas_script, scrubber_script
 from . import controls
+from .poke import PokeView, poke_view
 from .replay import SPEEDS
 
 COMPARE_HINT = "Press Compare S vs Q (beside Generate): the %s run of the prompt is drawn here, step by step."
-EDIT_LOG_LABEL = "Edit log: every T2T and MBE edit, and LLaDA2.2's deletes and inserts"
+EDIT_LOG_LABEL = "Edit log: every T2T and MBE edit, LLaDA2.2's deletes and inserts, and your pokes"
 
 
 def _canvas_box(html: str, elem_id: str) -> gr.HTML:
@@ -48,6 +49,7 @@ class RunView:
     timer: gr.Timer
     text: gr.Textbox
     note: gr.Markdown
+    poke: PokeView  # tap a token, change it, re-run (ui/playground/poke.py)
 
 
 @dataclass
@@ -88,6 +90,7 @@ class ApiInputs:
     block_length: gr.Number
     gen_length: gr.Number
     model: gr.Textbox
+    pokes: gr.JSON
     text: gr.Textbox
     stats: gr.JSON
     result: gr.JSON
@@ -110,11 +113,13 @@ def _run_view(error: gr.HTML) -> RunView:
         play = gr.Button("▶ play", elem_id="play", size="sm")
         pause = gr.Button("❚❚ pause", elem_id="pause", size="sm")
         next_edit = gr.Button("next edit ⇥", elem_id="next-edit", size="sm")
+    poke = poke_view()
     timer = gr.Timer(0.3, active=False)
     text = gr.Textbox(label="Output", lines=4, elem_id="output", interactive=False, buttons=["copy"],
                       placeholder="The decoded text appears here as the run goes (the prompt excluded).")
     note = gr.Markdown("", elem_id="output-note")
-    return RunView(error, stats, canvas_box, patch, replay, step, speed, play, pause, next_edit, timer, text, note)
+    return RunView(error, stats, canvas_box, patch, replay, step, speed, play, pause, next_edit, timer, text, note,
+                   poke)
 
 
 def charts_view() -> RunCharts:
@@ -174,7 +179,9 @@ def api_inputs() -> ApiInputs:
                   "block_length": _api_input(gr.Number(None, label="block_length"), None),
                   "gen_length": _api_input(gr.Number(32, label="gen_length"), 32),
                   # an offered model's name; empty: the default
-                  "model": _api_input(gr.Textbox("", label="model"), "")}
+                  "model": _api_input(gr.Textbox("", label="model"), ""),
+                  # null or ["STEP:POS:TOKEN", ...] / [{step, pos, token}, ...], as the CLI's --poke
+                  "pokes": _api_input(gr.JSON(None, label="pokes"), None)}
         return ApiInputs(**inputs, text=gr.Textbox(), stats=gr.JSON(), result=gr.JSON(), trace=gr.JSON(),
                          generate=gr.Button(), compare=gr.Button(), get_trace=gr.Button())
 

@@ -18,7 +18,7 @@ from ..frame import DECODE, PRIVATE, REPLAY, Inputs, refusing
 from ..models import Models, gpu_seconds, on_gpu
 from ..sessions import ONE_SHOTS
 from ..settings import check_flag
-from . import api, compare, controls, replay, view
+from . import api, compare, controls, poke, replay, view
 from .controls import Controls
 from .run import RunFrame, generate_ui, stopped_ui
 from .view import ApiInputs, CompareView, RunCharts, RunView
@@ -92,8 +92,26 @@ def _wire_run(models: Models, ctrl: Controls, shown: RunView, charts: RunCharts,
                           [ctrl.model, ctrl.mode], _named(ctrl, PRESET_OUTPUTS), **PRIVATE, **REPLAY)
     example_run = example.then(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     example_run.then(replay.teach, teach, replay_out, **PRIVATE, **REPLAY)
-    ctrl.stop.click(None, None, None, cancels=[event, example_run]).then(
+    poked = _wire_poke(models, ctrl, shown, outputs, trace)
+    ctrl.stop.click(None, None, None, cancels=[event, example_run, poked]).then(
         stopped_ui, [trace, ctrl.ghost], outputs, **PRIVATE, **REPLAY)
+
+
+def _wire_poke(models: Models, ctrl: Controls, shown: RunView, outputs: list, trace):
+    """poke and re-run: this session's run decoded again with the tapped token changed (ui/playground/poke.py);
+    returns the event (Stop cancels it)."""
+    def slot(old, *_):
+        return gpu_seconds(old.gen_length, old.block_length) if old is not None else gpu_seconds(None, None)
+
+    @on_gpu(seconds=slot)
+    def run(old, model, step, pos, how, token, ghost):
+        yield from poke.poke_ui(models, old, model, step, pos, how, token, ghost)
+
+    inputs = [trace, ctrl.model, shown.step, shown.poke.pos, shown.poke.how, shown.poke.token, ctrl.ghost]
+    shown.poke.run.click(player.pause, None, shown.timer, **PRIVATE, **REPLAY)  # a replay in progress stops
+    # no slow replay after it: the canvas stays at the end, where the poke's outcome shows (a refused poke
+    # leaves the run as it was)
+    return shown.poke.run.click(run, inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
 
 
 def _wire_replay(ctrl: Controls, shown: RunView, charts: RunCharts, trace) -> None:
@@ -134,10 +152,10 @@ def wire_api(models: Models, api_in: ApiInputs, trace) -> None:
     # the defaults are the API page's (a caller may leave them out by name): null keeps the mode's value
     @on_gpu(seconds=lambda _p, _mode, _tm, _te, _mbe, block, gen, *_: gpu_seconds(gen, block))
     def generate(prompt, mode="S", tau_mask=None, tau_edit=None, mbe=False, block_length=None, gen_length=32,
-                 model=None, request: gr.Request = None):
+                 model=None, pokes=None, request: gr.Request = None):
         ONE_SHOTS.add(request)  # a plain HTTP call's session goes once newer ones come (ui/sessions.py)
         yield from api.generate_api(models, prompt, mode, tau_mask, tau_edit, mbe, block_length, gen_length,
-                                    model)
+                                    model, pokes)
 
     @on_gpu(seconds=lambda _p, block, gen, *_: gpu_seconds(gen, block, runs=2))
     def compare_pair(prompt, block_length=None, gen_length=32, model=None, request: gr.Request = None):
@@ -145,7 +163,8 @@ def wire_api(models: Models, api_in: ApiInputs, trace) -> None:
         return api.compare_api(models, prompt, block_length, gen_length, model)
 
     raw = {"preprocess": False}  # the client's values reach the checks as sent: nothing is coerced
-    inputs = _named(api_in, ("prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model"))
+    inputs = _named(api_in, ("prompt", "mode", "tau_mask", "tau_edit", "mbe", "block_length", "gen_length", "model",
+                             "pokes"))
     api_in.generate.click(generate, inputs, [api_in.text, api_in.stats, trace], api_name="generate", **raw, **DECODE)
     api_in.compare.click(compare_pair, _named(api_in, ("prompt", "block_length", "gen_length", "model")),
                          api_in.result, api_name="compare", **raw, **DECODE)

@@ -7,6 +7,8 @@ States (the `data-state` of each `.tok`, styled by assets/style.css):
   active block (T2T), drawn as old → new; `mbe` — replaced at the shown step in an earlier block;
 * `stable` — a generated token that did not change at the shown step;
 * `insert` — a mask a SPLIT opened at the shown step (LLaDA2.2): its gap opens, the text after it moved right;
+* `poke` — written from outside after the shown step (`llada.trace.Poke`), drawn as old → new; a cell poked
+  at an earlier step keeps its state and carries the class `poked`, so a repair by the model shows;
 * `delete` — not a position: a token DELETE removed at the shown step (LLaDA2.2), drawn struck out (a
   `.gone` element, no `.tok`) just before the cell that took its place, its gap then closing.
 
@@ -38,12 +40,13 @@ from .moves import NO_MOVES, Moves, moves_of
 
 TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
 PROMPT_ENDS = 24  # a prompt longer than 3x this shows its first and last PROMPT_ENDS tokens
-STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable", "insert", "delete")
+STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable", "insert", "delete", "poke")
 STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
 WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
           ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"),
-          ("insert", "inserted mask (SPLIT, 2.2)"), ("delete", "deleted (DELETE, 2.2)"))
+          ("insert", "inserted mask (SPLIT, 2.2)"), ("delete", "deleted (DELETE, 2.2)"),
+          ("poke", "poked (after this step)"))
 GLYPHS = {" ": "·", "\t": "⇥", "\n": "↵\n"}  # whitespace made visible; a newline still breaks the line
 
 
@@ -66,6 +69,7 @@ class View:
     now: dict[int, tuple[str, Change]] = field(default_factory=dict)  # pos -> (state, change) at this step
     joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
     moves: Moves = NO_MOVES  # what the shown step moved (LLaDA2.2)
+    poked: dict[int, int] = field(default_factory=dict)  # pos -> the step of its last poke up to the shown step
 
     @property
     def B(self) -> int:
@@ -79,7 +83,10 @@ def view(trace: Trace, step: int, ghost: bool = False) -> View:
     moves = moves_of(record)
     now = {moves.at(c.pos): (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
     now.pop(None, None)  # a token written, then pushed out of its block by a SPLIT
-    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now, moves=moves)
+    now |= {p.pos: ("poke", Change(p.pos, p.token, p.old, 1.0)) for p in (record.pokes if record else [])}
+    poked = {p.pos: k for k, p in trace.pokes if k <= step}  # pokes come in step order: the last one stays
+    return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now, moves=moves,
+                poked=poked)
 
 
 def output_end(trace: Trace, tokens: list[int]) -> int:
@@ -198,14 +205,16 @@ def cell_html(v: View, pos: int) -> str:
     state = _state(v, pos)
     hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
     classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
+    classes += ["poked"] if pos in v.poked else []
+    tip = _tip(v, pos, state, p) + _poke_note(v, pos, state) + _gone_note(v, pos)
     attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
-             f'data-state="{state}"', f'title="{escape(_tip(v, pos, state, p) + _gone_note(v, pos))}"']
+             f'data-state="{state}"', f'title="{escape(tip)}"']
     if p is not None:
         attrs.append(f'style="--p:{p:.3f}"')
         if state in ("draft", "edit", "mbe"):
             attrs.append(f'data-p="{p:.4f}"')
     change = v.now.get(pos, (None, None))[1]
-    if state in ("edit", "mbe"):
+    if state in ("edit", "mbe", "poke"):
         attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
         inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
                  + _token_html(v, token, "new", pos))
@@ -226,6 +235,16 @@ def _guess(v: View, pos: int) -> int | None:
         return None
     seen = v.moves.source_of(pos)
     return None if seen is None else v.record.guesses[seen - v.record.window[0]]
+
+
+def _poke_note(v: View, pos: int, state: str) -> str:
+    """A cell poked at an earlier step whose token the model wrote since: the repair, in words."""
+    if pos not in v.poked or state == "poke":
+        return ""
+    write = v.trace.last_write(pos, v.step)
+    if write is None or write[1] == "pokes":
+        return ""  # the poke's token still stands (the tip says so)
+    return f" · poked after step {v.poked[pos]}, then rewritten by the model"
 
 
 def _gone_note(v: View, pos: int) -> str:
@@ -256,6 +275,8 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
             return f"#{pos} mask"
         p_guess = v.record.p_at(v.moves.source_of(pos))
         return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={p_guess:.2f}'
+    if state == "poke":
+        return f'{q} · poked after step {v.step} · it was "{text(trace, v.now[pos][1].old)}"'
     if state == "draft":
         tau = trace.settings.threshold
         rule = f"> τ_mask {tau:.2f}" if p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
@@ -290,7 +311,8 @@ def step_label(v: View) -> str:
     did = [f"{n} {word}" for n, word in ((len(r.drafts), "drafted"), (len(r.edits), "edited (T2T)"),
                                           (len(r.mbe_edits), "edited in earlier blocks (MBE)"),
                                           (len(r.deletes), "deleted (DELETE)"),
-                                          (len(r.inserts), "inserted (SPLIT)")) if n]
+                                          (len(r.inserts), "inserted (SPLIT)"), (len(r.pokes), "poked after it"))
+           if n]
     what = ", ".join(did) if did else "checked the block: no change, the block is done"
     return f"step {v.step}/{v.trace.steps} · block {r.block} · {what}"
 
@@ -383,6 +405,7 @@ def changed_positions(trace: Trace, a: View, b: View) -> set[int]:
     for k in range(max(a.step, 1), b.step + 1):
         record = trace.step_record(k)
         out.update(c.pos for c in record.changes)
+        out.update(p.pos for p in record.pokes)
         blocks.add(record.block)
     for blk in blocks:
         out.update(range(blk * B, min((blk + 1) * B, L)))

@@ -9,7 +9,8 @@ per recording. What it can say comes from the records: which masks passed τ_mas
 the most confident one was taken), which written tokens changed and with what p against τ_edit, when
 each edited token had been written and how many tokens around it were written since (the context the
 model did not have then), MBE edits of finished blocks, verification steps, blocks closed by
-`max_post_steps`, cache forwards, and why the run stopped.
+`max_post_steps`, cache forwards, LLaDA2.2's moves (a DELETE closing a gap, a SPLIT opening one), pokes
+written from outside after a step, and why the run stopped.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def narrate(trace: Trace, step: int) -> str:
     if step > trace.steps:
         return finished(trace)
     record = trace.step_record(step)
-    parts = [p for p in (drafted(trace, record), *edited(trace, record)) if p]
-    parts.append(ending(trace, record))
+    parts = [p for p in (drafted(trace, record), *edited(trace, record), moved(trace, record)) if p]
+    parts += [ending(trace, record), poked(trace, record)]
     head = f"Step {step} (block {record.block}): "
     return head + "; ".join(p for p in parts if p) + "."
 
@@ -159,9 +160,33 @@ def reason(trace: Trace, r: StepRecord, c: Change) -> str:
     seen = sum(1 for k in range(step, r.step) for x in trace.step_record(k).changes
                if x.pos != c.pos and r.window[0] <= x.pos < r.window[1])
     if not seen:
-        return f"{how}; now the model reads its own token in place"
+        whose = "the poked" if kind == "pokes" else "its own"
+        return f"{how}; now the model reads {whose} token in place"
     others = "1 other token of the window was" if seen == 1 else f"{seen} other tokens of the window were"
     return f"{how} before {others} written; now the model sees {'it' if seen == 1 else 'them'}"
+
+
+def moved(trace: Trace, r: StepRecord) -> str:
+    """LLaDA2.2's moves: each DELETE (the token removed, the later tokens close the gap) and each SPLIT (a mask
+    opened before the token the position held, which moves one place right)."""
+    parts = [f"DELETE removed {token_text(trace, d.token)} at position {d.pos} and the tokens after it moved "
+             "one place left" for d in r.deletes]
+    parts += [f"SPLIT opened a mask at position {i.mask} before {token_text(trace, i.token)}, which moved one place "
+              "right" if i.mask >= 0 else f"SPLIT at position {i.pos} opened a mask past the block's end"
+              for i in r.inserts]
+    return "; ".join(parts)
+
+
+def poked(trace: Trace, r: StepRecord) -> str:
+    """The pokes written from outside after this step: what changed, and what the next forward does with it."""
+    if not r.pokes:
+        return ""
+    what = ", ".join(f"position {p.pos} {token_text(trace, p.old)} → {token_text(trace, p.token)}" for p in r.pokes)
+    nxt = trace.step_record(r.step + 1) if r.step < trace.steps else None
+    block = r.pokes[0].pos // trace.block_length
+    after = (f"block {block} is open again and the next forward reads the damage" if nxt is not None
+             and nxt.active[0] <= r.pokes[0].pos < nxt.active[1] else "the next forward reads the changed text")
+    return f"then, from outside the model, a poke: {what}; {after}"
 
 
 def ending(trace: Trace, r: StepRecord) -> str:

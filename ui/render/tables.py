@@ -125,7 +125,7 @@ def _output_why(trace: Trace) -> str:
 
 
 def edit_log(trace: Trace | None) -> pd.DataFrame:
-    """Every edit of the run, in order: step, kind (T2T, MBE, and LLaDA2.2's delete and insert), p, old → new,
+    """Every edit of the run, in order: step, kind (T2T, MBE, LLaDA2.2's delete and insert, and poke), p, old → new,
     position (before the step's moves), block. A delete's new text is empty; an insert's is the mask it opened
     before the token that stays."""
     if trace is None:
@@ -139,6 +139,8 @@ def edit_log(trace: Trace | None) -> pd.DataFrame:
         mask = text(trace, trace.mask_id)
         rows += [[k, "insert", _p(r, i.pos), visible(text(trace, i.token)), f"{mask} {visible(text(trace, i.token))}",
                   i.pos, i.pos // B] for i in r.inserts]
+        rows += [[k, "poke", None, visible(text(trace, p.old)), visible(text(trace, p.token)), p.pos, p.pos // B]
+                 for p in r.pokes]  # written from outside after step k (the playground's poke, `llada.trace.Poke`)
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)  # spaces and breaks shown
 
 

@@ -1,0 +1,75 @@
+"""Expert parallel MoE layers: each rank holds E/W of the routed experts; one all-reduce sums their outputs.
+
+Letter legend: T tokens, H hidden, K experts per token, E experts, W ranks, P (token, expert) pairs of a rank.
+
+Rank r of W holds experts [r*E/W, (r+1)*E/W) of every MoE layer. Every rank sees every token (the tokens are
+replicated: a decode forward scores a 32-token block, too few to be worth sending tokens to their experts'
+ranks with an all-to-all), routes them all with its full copy of the router, keeps the (token, expert) pairs
+whose expert it holds, runs them, and adds each pair's weighted output into a (T, H) buffer of zeros. One
+all-reduce (a sum) of that buffer gives every rank the routed experts' output; the shared expert and the
+residual are added after it, on every rank, as in one process. The buffer is fp32 for a bf16 model (the
+all-reduce moves twice the bytes) so that a token's experts are summed in fp32 and rounded once, as one
+process sums them; in bf16 each rank's partial sum would be rounded before the all-reduce adds them.
+
+What is split and what is replicated, and why: the routed experts are ~95% of an MoE model's bytes (LLaDA2.1-
+flash: 256 experts of 8 active per token), so splitting them alone brings each rank's share near 1/W of the
+model. Attention, the shared expert, the dense first layers, the embeddings and the output layer are
+replicated: every rank computes them on the same tokens and gets the same values without talking to the
+others. Tensor parallel attention (heads split across ranks, one more all-reduce per layer) would divide the
+remaining ~5% too; it can come next without changing this layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..model import Experts, LLaDA2MoE
+
+
+class ShardedExperts(Experts):
+    """The slice [first, first + E/W) of a layer's experts: w13 (E/W, 2I, H), w2 (E/W, H, I).
+
+    The same tensors as `Experts` (so checkpoints fill them the same way), the expert ids offset by `first`."""
+
+    def __init__(self, num_experts: int, hidden: int, inner: int, rank: int, world: int):
+        mine = expert_slice(num_experts, rank, world)
+        super().__init__(len(mine), hidden, inner)
+        self.first_expert, self.num_experts = mine.start, num_experts
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """x (T, H), ids (T, K) over all E experts, weights (T, K) -> (T, H): the sum over every rank's experts."""
+        local = ids - self.first_expert  # (T, K)
+        mine = (local >= 0) & (local < self.w13.shape[0])
+        token, k = mine.nonzero(as_tuple=True)  # (P,) each: this rank's pairs, in (token, k) order
+        wide = torch.promote_types(x.dtype, torch.float32)  # sums in fp32 at least, rounded to x's dtype once
+        out = x.new_zeros(x.shape, dtype=wide)  # (T, H)
+        if token.numel():
+            y = super().forward(x[token], local[token, k][:, None], weights[token, k][:, None])  # (P, H) weighted
+            out.index_add_(0, token, y.to(wide))
+        dist.all_reduce(out)  # the sum over the ranks' slices
+        return out.to(x.dtype)
+
+
+def shard_experts(model: LLaDA2MoE, rank: int, world: int) -> LLaDA2MoE:
+    """Replace every MoE layer's experts by this rank's slice (on `meta`, before loading: nothing allocated)."""
+    cfg = model.config
+    for layer in model.layers:
+        experts = getattr(layer.mlp, "experts", None)
+        if isinstance(experts, Experts):
+            device = experts.w13.device
+            with torch.device(device):
+                sharded = ShardedExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, rank, world)
+            layer.mlp.experts = sharded.to(experts.w13.dtype)
+    return model
+
+
+def expert_slice(num_experts: int, rank: int, world: int) -> range:
+    """The experts rank `rank` of `world` holds; ValueError when `world` does not divide `num_experts`."""
+    if num_experts % world:
+        divisors = [w for w in range(2, num_experts + 1) if num_experts % w == 0]
+        raise ValueError(f"expert parallel needs the world size to divide the experts: {num_experts} experts over "
+                         f"{world} ranks leaves {num_experts % world} over; run on one of "
+                         f"{', '.join(map(str, divisors))} ranks")
+    local = num_experts // world
+    return range(rank * local, (rank + 1) * local)
