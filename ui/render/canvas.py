@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from llada.presets import tau_text
-from llada.trace import Change, Delete, StepRecord, Trace
+from llada.trace import Change, Delete, Poked, StepRecord, Trace
 
 from .moves import NO_MOVES, Moves, moves_of
 
@@ -70,6 +70,7 @@ class View:
     joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
     moves: Moves = NO_MOVES  # what the shown step moved (LLaDA2.2)
     poked: dict[int, int] = field(default_factory=dict)  # pos -> the step of its last poke up to the shown step
+    poked_gone: dict[int, list[Poked]] = field(default_factory=dict)  # pos -> tokens a poke deleted just before it
 
     @property
     def B(self) -> int:
@@ -83,10 +84,30 @@ def view(trace: Trace, step: int, ghost: bool = False) -> View:
     moves = moves_of(record)
     now = {moves.at(c.pos): (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
     now.pop(None, None)  # a token written, then pushed out of its block by a SPLIT
-    now |= {p.pos: ("poke", Change(p.pos, p.token, p.old, 1.0)) for p in (record.pokes if record else [])}
+    now, poked_gone = _poked_now(now, record.pokes if record else [], trace.block_length)
     poked = {p.pos: k for k, p in trace.pokes if k <= step}  # pokes come in step order: the last one stays
     return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now, moves=moves,
-                poked=poked)
+                poked=poked, poked_gone=poked_gone)
+
+
+def _poked_now(now: dict, pokes: list[Poked], B: int) -> tuple[dict, dict[int, list[Poked]]]:
+    """The shown step's states with its pokes on top, in order: a write is a `poke` cell (old → new); a poked
+    move (LLaDA2.2) shifts the step's marks in its block, then an insert's opened mask is a `poke` cell and a
+    delete's removed token is drawn struck out, in the poke's colour, before the cell now at its position."""
+    gone: dict[int, list[Poked]] = {}
+    for p in pokes:
+        if p.kind != "write":
+            a0 = p.pos // B * B
+            to = p.moved_to((a0, a0 + B))
+            now = {(to[pos - a0] if a0 <= pos < a0 + B else pos): v for pos, v in now.items()}
+            now.pop(-1, None)
+            gone = {(to[pos - a0] if a0 <= pos < a0 + B else pos): v for pos, v in gone.items()}
+            gone.pop(-1, None)
+        if p.kind == "delete":
+            gone.setdefault(p.pos, []).append(p)
+        else:
+            now[p.pos] = ("poke", Change(p.pos, p.token, -1 if p.kind == "insert" else p.old, 1.0))  # -1: opened
+    return now, gone
 
 
 def output_end(trace: Trace, tokens: list[int]) -> int:
@@ -214,18 +235,20 @@ def cell_html(v: View, pos: int) -> str:
         if state in ("draft", "edit", "mbe"):
             attrs.append(f'data-p="{p:.4f}"')
     change = v.now.get(pos, (None, None))[1]
-    if state in ("edit", "mbe", "poke"):
+    if state in ("edit", "mbe") or state == "poke" and change.old >= 0:
         attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
         inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
                  + _token_html(v, token, "new", pos))
-    elif state in ("mask", "insert"):
-        guess = _guess(v, pos)
+    elif state in ("mask", "insert") or state == "poke":  # a poke's opened mask: no guess, the forward never saw it
+        guess = _guess(v, pos) if state != "poke" else None
         inner = _token_html(v, guess, "ghost") if guess is not None else ""
     else:
         inner = _token_html(v, token, "txt", pos)
     if token == trace.eos_id and not hidden and (run := _run_length(v, pos)) > 1:
         attrs.append(f'data-run="{run}"')
-    return "".join(gone_html(v, d) for d in v.moves.gone.get(pos, ())) + f"<span {' '.join(attrs)}>{inner}</span>"
+    gone = "".join(gone_html(v, d) for d in v.moves.gone.get(pos, ()))
+    gone += "".join(poked_gone_html(v, p) for p in v.poked_gone.get(pos, ()))
+    return gone + f"<span {' '.join(attrs)}>{inner}</span>"
 
 
 def _guess(v: View, pos: int) -> int | None:
@@ -261,6 +284,13 @@ def gone_html(v: View, d: Delete) -> str:
             f'{_token_html(v, d.token, "old")}</span>')
 
 
+def poked_gone_html(v: View, p: Poked) -> str:
+    """A token a poke deleted after the shown step (LLaDA2.2): struck out in the poke's colour, its gap closing."""
+    tip = f'"{text(v.trace, p.old)}" deleted by a poke after step {v.step}; the tokens after it moved left'
+    return (f'<span class="gone" data-state="poke" data-was="{p.pos}" title="{escape(tip)}">'
+            f'{_token_html(v, p.old, "old")}</span>')
+
+
 def _tip(v: View, pos: int, state: str, p: float | None) -> str:
     trace, token = v.trace, v.tokens[pos]
     q = f'#{pos} "{text(trace, token)}"'
@@ -275,6 +305,8 @@ def _tip(v: View, pos: int, state: str, p: float | None) -> str:
             return f"#{pos} mask"
         p_guess = v.record.p_at(v.moves.source_of(pos))
         return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={p_guess:.2f}'
+    if state == "poke" and v.now[pos][1].old < 0:
+        return f"#{pos} mask inserted by a poke after step {v.step}; the tokens after it moved right"
     if state == "poke":
         return f'{q} · poked after step {v.step} · it was "{text(trace, v.now[pos][1].old)}"'
     if state == "draft":
