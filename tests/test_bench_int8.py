@@ -3,6 +3,7 @@ and the sizing that skips what does not fit."""
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,10 @@ def test_int8_bench_reports_memory_speed_and_agreement(tmp_path, tiny_model_dir)
     assert a["positions"] == 32 and 0 <= a["top1_agreement"] <= 1 and a["decode_tokens"] == 8
     assert len(a["interleaved_seconds_per_forward"]["int8"]) == 2
     assert r["int8_held_over_bf16_checkpoint"] == round(q["weights_bytes_held"] / r["checkpoint_bytes"], 3)
+    medians = [statistics.median(v["seconds_per_forward"]) for v in (q, d)]
+    assert r["int8_forward_over_default"] == round(medians[0] / medians[1], 3)
+    for child in (d, q, a):  # each child's own load average, at its start and its end
+        assert len(child["load_average"]["start"]) == len(child["load_average"]["end"]) == 3
     assert "top-1 agreement" in done.stderr and str(out) in done.stderr
 
 

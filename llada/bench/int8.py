@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .int8_probe import forward_seconds, held_bytes, interleaved, peak_rss, random_ids, reset_peak, rss, where
+from .int8_probe import forward_seconds, held_bytes, interleaved, load_now, peak_rss, random_ids, reset_peak, rss, where
 
 GIB = float(1 << 30)
 VARIANTS = {"default": None, "int8": "int8"}
@@ -126,7 +127,7 @@ def measure(args, quantize: str | None) -> dict:
     from ..weights.checkpoint import load_model
     from .timing import copy_gb_per_s
 
-    before = rss()
+    before, load_start = rss(), load_now()
     start = time.perf_counter()
     model = load_model(args.model, quantize=quantize)
     load_s = time.perf_counter() - start
@@ -144,7 +145,7 @@ def measure(args, quantize: str | None) -> dict:
             "weights_bytes_held": held, "seconds_per_forward": seconds, "forward_bytes_read": read,
             "copy_gb_per_s": round(copy, 2),
             "bandwidth_floor_seconds": float(f"{read / (copy * 1e9):.3g}"),  # 3 significant digits: tiny models too
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "load_average": {"start": load_start, "end": load_now()}}
 
 
 def _prefill(model, prefix: int, block: int):
@@ -171,6 +172,7 @@ def agreement(args) -> dict:
     from ..weights.checkpoint import load_model, read_config
     from ..weights.tokenizer import load_tokenizer
 
+    load_start = load_now()
     root = Path(args.model)
     raw, tokenizer = read_config(root)[1], load_tokenizer(root)
     mask_id, eos_id = (special_id(kind, None, root, raw, tokenizer, raw["vocab_size"]) for kind in ("mask", "EOS"))
@@ -191,19 +193,26 @@ def agreement(args) -> dict:
             "positions": T, "top1_agreement": round(same.float().mean().item(), 4),
             "top1_agreement_block": round(same[-args.block:].float().mean().item(), 4),
             "decode_tokens": len(outs[0]), "decode_first_difference": first,
-            "decode_agreement": round(sum(a == b for a, b in zip(*outs)) / max(len(outs[0]), 1), 4)}
+            "decode_agreement": round(sum(a == b for a, b in zip(*outs)) / max(len(outs[0]), 1), 4),
+            "load_average": {"start": load_start, "end": load_now()}}
 
 
 def _ratios(report: dict) -> dict:
+    """int8 over default: held bytes against the checkpoint, and the forward's median seconds (fresh processes
+    one after the other, then the same process taking turns: the fairer comparison on a busy machine)."""
     d, q, out = report.get("default", {}), report.get("int8", {}), {}
     if "weights_bytes_held" in q:
         out["int8_held_over_bf16_checkpoint"] = round(q["weights_bytes_held"] / report["checkpoint_bytes"], 3)
     if "seconds_per_forward" in d and "seconds_per_forward" in q:
-        out["int8_forward_over_default"] = round(min(q["seconds_per_forward"]) / min(d["seconds_per_forward"]), 3)
+        out["int8_forward_over_default"] = _median_ratio(q["seconds_per_forward"], d["seconds_per_forward"])
     both = report.get("agreement", {}).get("interleaved_seconds_per_forward")
-    if both:  # the same process, taking turns: the fairer comparison on a busy machine
-        out["int8_forward_over_default_interleaved"] = round(min(both["int8"]) / min(both["default"]), 3)
+    if both:
+        out["int8_forward_over_default_interleaved"] = _median_ratio(both["int8"], both["default"])
     return out
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    return round(statistics.median(a) / statistics.median(b), 3)
 
 
 def summary(r: dict) -> str:
@@ -211,7 +220,8 @@ def summary(r: dict) -> str:
     for name in VARIANTS:
         v = r.get(name, {})
         if "seconds_per_forward" in v:
-            parts.append(f"{name} ({v['dtype']}): {min(v['seconds_per_forward']):.2f} s/forward, held "
+            median = statistics.median(v["seconds_per_forward"])
+            parts.append(f"{name} ({v['dtype']}): median {median:.2f} s/forward, held "
                          f"{v['weights_bytes_held'] / GIB:.2f} GiB, peak RSS load {v['peak_rss_load_bytes'] / GIB:.2f} "
                          f"/ decode {v['peak_rss_decode_bytes'] / GIB:.2f} GiB")
         else:
@@ -219,7 +229,3 @@ def summary(r: dict) -> str:
     if "agreement" in r:
         parts.append(f"top-1 agreement {r['agreement'].get('top1_agreement')}")
     return "[int8] " + "; ".join(parts) + f"; held/bf16 checkpoint {r.get('int8_held_over_bf16_checkpoint')}"
-
-
-
-

@@ -54,7 +54,12 @@ def where() -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit.stdout.strip() or None,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__}
+            "load_average": load_now(), "torch": torch.__version__}
+
+
+def load_now() -> list[float]:
+    """The machine's load average (1, 5, 15 minutes) now: beside every timing, a shared machine's noise."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def rss() -> int:
