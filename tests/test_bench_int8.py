@@ -84,3 +84,25 @@ def test_the_load_waits_for_room_and_says_why():
     assert (room, waited, why, naps) == (8 << 30, 60, None, [30, 30])
     room, waited, why = wait_for_room(4 << 30, read=lambda: 1 << 30, sleep=lambda s: None, poll_s=30, patience_s=90)
     assert waited == 90 and why.startswith("MemAvailable 1.0 GiB < 4.0 GiB needed") and "after waiting 90 s" in why
+
+
+def test_sizing_from_the_config_alone_says_what_a_cpu_load_picks(tmp_path, monkeypatch):
+    from llada.bench.int8_sizing import sizing
+    from llada.config import ModelConfig
+    from llada.weights.replica import replica_config
+
+    cfg = ModelConfig.from_dict(replica_config("mini", "2.2"))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 16.1 * (1 << 30))
+    r = sizing(cfg)
+    assert (r["bf16_gib"], r["int8_gib"], r["min_room_gib"]) == (30.28, 15.78, {"bf16": 31.28, "int8": 16.78})
+    picks = {v["room_gib"]: v["cpu_load_picks"] for v in r["at_room"]}
+    assert (picks[16.0], picks[24.0], picks[32.0]) == (None, "int8", "bf16")
+    now = r["this_machine_now"]  # 15.8 GiB of int8 weights, 16.1 GiB available: the headroom refuses it, in words
+    assert not now["int8_fits"] and "16.1 GiB available, 1 GiB of it kept for the KV cache" in now["refusal"]
+    out = tmp_path / "s.json"
+    args = ["int8", "--sizing", "--shape", "mini", "--version", "2.2", "--out", str(out)]
+    done = subprocess.run([sys.executable, "-m", "llada.bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["bench"] == "int8-sizing" and report["commit"] and report["int8_bytes"] == r["int8_bytes"]

@@ -4,6 +4,8 @@
     python -m llada.bench int8 --shape mini            # full-size LLaDA2.1-mini (~32 GB bf16 replica on disk)
     python -m llada.bench int8 --shape mini --int8-only  # the int8 mini alone, its replica written in int8
                                                        # (llada.bench.int8_only: ~16 GB on disk, ~20 GB free RAM)
+    python -m llada.bench int8 --shape load --version 2.2  # a LLaDA2.2 replica (its decode: the Levenshtein rule)
+    python -m llada.bench int8 --sizing --shape mini --version 2.2  # the sizing alone, from the config
 
 A replica of `--shape` (`llada.weights.replica`, random weights, the real format) is written once to
 `--workdir`, or `--model DIR` is used. Each variant is measured in a fresh child process that does nothing
@@ -59,6 +61,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="--int8-only: MemAvailable to wait for before the load (default: int8 weights + 3.75)")
     parser.add_argument("--decode-seconds", type=float, default=600,
                         help="--int8-only: the S decode stops before its first forward after this many seconds")
+    parser.add_argument("--version", default="2.1", choices=("2.1", "2.2"), help="replica version (2.2: LLaDA2.2)")
+    parser.add_argument("--sizing", action="store_true",
+                        help="only the sizing from the config: bytes in int8 and bf16, verdicts per machine size "
+                             "(llada.bench.int8_sizing; nothing loaded)")
     parser.add_argument("--child", choices=[*VARIANTS, "agree", "int8-only"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -68,6 +74,10 @@ def main(argv: list[str]) -> int:
 
     args = parse(argv)
     start(args.threads)
+    if args.sizing:
+        from . import int8_sizing
+
+        return int8_sizing.run(args, argv)
     if args.child == "int8-only" or (args.int8_only and not args.child):
         from . import int8_only
 
@@ -80,7 +90,7 @@ def main(argv: list[str]) -> int:
         return 0
     from .load import replica
 
-    root = Path(args.model) if args.model else replica(args.shape, Path(args.workdir))
+    root = Path(args.model) if args.model else replica(args.shape, Path(args.workdir), args.version)
     report = {"bench": "int8", "command": "python -m llada.bench int8 " + " ".join(argv), **where(),
               "model": str(root), "shape": None if args.model else args.shape, "prefix": args.prefix,
               "block": args.block, "checkpoint_bytes": sum(f.stat().st_size for f in root.glob("*.safetensors"))}
@@ -91,7 +101,8 @@ def main(argv: list[str]) -> int:
         why = _does_not_fit(root, "both")
         report["agreement"] = {"skipped": why} if why else _child(args, root, "agree")
     report |= _ratios(report)
-    out = write_report(report, args.out, f"bench/results/int8-{args.shape if not args.model else root.name}.json")
+    name = (args.shape if args.version == "2.1" else f"{args.shape}-{args.version}") if not args.model else root.name
+    out = write_report(report, args.out, f"bench/results/int8-{name}.json")
     print(summary(report) + f"; wrote {out}", file=sys.stderr)
     return 0
 

@@ -77,15 +77,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def replica(shape: str, workdir: Path) -> Path:
-    """The replica of `shape` in `workdir`, written once (its index is written last: present = complete)."""
+def replica(shape: str, workdir: Path, version: str = "2.1") -> Path:
+    """The replica of `shape` (and LLaDA `version`) in `workdir`, written once (its index is written last:
+    present = complete)."""
     from ..weights.replica import write_replica
 
-    out = workdir / f"llada2.1-{shape}-replica"
+    out = workdir / f"llada{version}-{shape}-replica"
     if not (out / "model.safetensors.index.json").exists() or not (out / "tokenizer.json").exists():
         print(f"[load] writing a {shape} replica to {out}", file=sys.stderr)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        write_replica(out, shape, shard_bytes=1 << 30 if shape != "tiny" else None, device=device, progress=True)
+        write_replica(out, shape, shard_bytes=1 << 30 if shape != "tiny" else None, device=device, progress=True,
+                      version=version)
     return out
 
 

@@ -112,7 +112,8 @@ def does_not_fit(cfg: ModelConfig, dtype: torch.dtype, device: str | torch.devic
     return (f"the weights need {need / GIB:.1f} GiB{f' per rank of {world}' if world > 1 else ''} in "
             f"{str(dtype).removeprefix('torch.')}"
             f"{_WITH.get(quantize, '')} but {torch.device(device).type} has "
-            f"{room / GIB:.1f} GiB available (largest part: {largest}, {parts[largest]:,} parameters from "
+            f"{room / GIB:.1f} GiB available, {HEADROOM / GIB:.0f} GiB of it kept for the KV cache, activations and "
+            f"the runtime (largest part: {largest}, {parts[largest]:,} parameters from "
             f"{_KEYS[largest]})")
 
 
