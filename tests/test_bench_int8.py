@@ -36,6 +36,7 @@ def test_int8_bench_reports_memory_speed_and_agreement(tmp_path, tiny_model_dir)
         assert v["bandwidth_floor_seconds"] > 0 and v["forward_bytes_read"] < v["weights_bytes_held"] + (1 << 20)
     a = r["agreement"]
     assert a["positions"] == 32 and 0 <= a["top1_agreement"] <= 1 and a["decode_tokens"] == 8
+    assert a["decode_rule"] == "joint"  # the tiny model is a LLaDA2.1 one
     assert len(a["interleaved_seconds_per_forward"]["int8"]) == 2
     assert r["int8_held_over_bf16_checkpoint"] == round(q["weights_bytes_held"] / r["checkpoint_bytes"], 3)
     medians = [statistics.median(v["seconds_per_forward"]) for v in (q, d)]
@@ -106,3 +107,14 @@ def test_sizing_from_the_config_alone_says_what_a_cpu_load_picks(tmp_path, monke
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["bench"] == "int8-sizing" and report["commit"] and report["int8_bytes"] == r["int8_bytes"]
+
+
+def test_a_22_model_in_int8_is_compared_decoding_with_the_levenshtein_rule(tmp_path):
+    from llada.weights.replica import write_replica
+
+    root = write_replica(tmp_path / "r22", "tiny", version="2.2", shard_bytes=4 << 20)
+    args = bench.parse(["--child", "agree", "--model", str(root), "--prefix", "24", "--block", "8", "--iters", "1",
+                        "--gen-length", "8"])
+    a = bench.agreement(args)
+    assert a["decode_rule"] == "levenshtein" and a["decode_tokens"] > 0 and 0 <= a["top1_agreement"] <= 1
+    assert len(a["interleaved_seconds_per_forward"]["int8"]) == 1

@@ -171,12 +171,11 @@ def _prefill(model, prefix: int, block: int):
     return cache, ids[0, prefix:]
 
 
-
-
-
 def agreement(args) -> dict:
-    """In a child: both variants loaded; per-position top-1 agreement and where greedy decodes first differ."""
+    """In a child: both variants loaded; per-position top-1 agreement and where greedy decodes first differ
+    (each decode follows the checkpoint's rule: LLaDA2.2's Levenshtein rule on a 2.2 model)."""
     from ..config import DecodeConfig
+    from ..decide import levenshtein_of
     from ..decode import generate
     from ..model import block_causal_mask
     from ..pipeline import special_id
@@ -203,6 +202,7 @@ def agreement(args) -> dict:
     return {"interleaved_seconds_per_forward": {"default": default_s, "int8": int8_s},
             "positions": T, "top1_agreement": round(same.float().mean().item(), 4),
             "top1_agreement_block": round(same[-args.block:].float().mean().item(), 4),
+            "decode_rule": "levenshtein" if levenshtein_of(ref.config, cfg, mask_id) else "joint",
             "decode_tokens": len(outs[0]), "decode_first_difference": first,
             "decode_agreement": round(sum(a == b for a, b in zip(*outs)) / max(len(outs[0]), 1), 4),
             "load_average": {"start": load_start, "end": load_now()}}
