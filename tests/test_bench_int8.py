@@ -113,8 +113,9 @@ def test_a_22_model_in_int8_is_compared_decoding_with_the_levenshtein_rule(tmp_p
     from llada.weights.replica import write_replica
 
     root = write_replica(tmp_path / "r22", "tiny", version="2.2", shard_bytes=4 << 20)
-    args = bench.parse(["--child", "agree", "--model", str(root), "--prefix", "24", "--block", "8", "--iters", "1",
-                        "--gen-length", "8"])
+    # block routing routes whole 32-token blocks: the prefix, the block and the decode's block are multiples of 32
+    args = bench.parse(["--child", "agree", "--model", str(root), "--prefix", "32", "--block", "32", "--iters", "1",
+                        "--gen-length", "32"])
     a = bench.agreement(args)
     assert a["decode_rule"] == "levenshtein" and a["decode_tokens"] > 0 and 0 <= a["top1_agreement"] <= 1
     assert len(a["interleaved_seconds_per_forward"]["int8"]) == 1
