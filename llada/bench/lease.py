@@ -122,7 +122,7 @@ def test_commands(files: list[str]) -> list[list[str]]:
 
 
 def train_part(work: Path, dry_run: bool, cap_s: float = 240) -> Part:
-    return Part("train", "the Python-writing model trained on this GPU from the carried corpus (`lease_train`)",
+    return Part("train", "v4 (`--preset lease`) trained on this GPU from the carried corpus (`lease_train`)",
                 [[sys.executable, "-m", "llada.bench.lease_train", str(work / "train.json")]
                  + (["--dry-run"] if dry_run else [])], cap_s, min_s=100 if not dry_run else 10, out="train.json")
 

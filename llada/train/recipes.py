@@ -103,7 +103,7 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
              eval_n=50, code_n=48),
         OFFICIAL_DECODING, CODE_KNOWS),
     "lease": TrainingPreset(
-        "v4, the embedded default a GPU lease trains: 5.8 M parameters, 40% task steps (bf16, torch.compile)",
+        "v4, the embedded default a GPU lease trains: 5.8 M parameters, 2 task steps in 5 (bf16, torch.compile)",
         dict(out="runs/lease", minutes=4.0, device="auto", sources=("stdlib", "site-packages"),
              bpe_chars=40_000_000, vocab_size=4096, hidden=256, layers=4, heads=8, kv_heads=4, experts=16,
              top_k=2, groups=4, topk_group=2, expert_width=64, dense_width=512, block_lengths=(32, 32, 32, 64),
