@@ -26,6 +26,11 @@ were task steps), decoded under 60 tokens/s in S on the shared 2-core CPU, and w
 (the tree travels with ~27 MB of data within 64 MiB). So v4 halves the vocabulary (embeddings and LM
 head: 2.1 M parameters instead of 4.2 M), keeps hidden 256, has 4 layers instead of 6 (per-layer work
 dominates a CPU decode at this size) and experts half as wide (64): 5.80 M parameters, 3.73 M active.
+A pilot here (random weights, one cached forward of a 32-token block over 96 tokens, 2 threads, the three
+shapes interleaved, the three quietest rounds at load average ~5.8): assets/model 12.5-14.0 ms, v3 31-32
+ms, v4 11.9-19.0 ms. v3 reached 25-57 tokens/s in S at gen 128 under such load (TPF 2.4), so v4, at about
+half v3's forward time, should pass 60 if it drafts as many tokens per forward: an estimate until it is
+trained and measured (`python -m llada.bench stream`).
 Task steps are 40% (`code_share` 0.6, what the shipped model's fourth stage kept its 98% with), addition
 weighted 4 of 8. Its GPU rate is an estimate, not a measurement: at these widths a step is bound by
 kernel launches, which scale with the layers (6 -> 4), so ~1.5x the first lease's rate, ~340,000
