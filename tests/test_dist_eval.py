@@ -1,5 +1,5 @@
-"""Evaluations across workers (`llada.dist.share`): 2 gloo ranks split HumanEval's problems, rank 0 writes
-the report one process writes.
+"""Evaluations across workers (`llada.dist.share`): 2 gloo ranks split HumanEval's problems (or a sweep's
+cells), rank 0 writes the report one process writes.
 
 One torchrun launch (its start-up costs seconds) runs the embedded model on 3 problems (an odd count: the ranks
 get 2 and 1) and is compared with one process's run of the same command in this process: the same rows in the
@@ -44,6 +44,8 @@ def humaneval_args(subset: Path, cache: Path, out: Path) -> list[str]:
 def without_times(value):
     if isinstance(value, dict):
         return {k: without_times(v) for k, v in value.items() if k not in TIMES}
+    if isinstance(value, list):
+        return [without_times(v) for v in value]
     return value
 
 
@@ -79,3 +81,24 @@ def test_two_ranks_write_the_rows_of_one_process_in_the_problems_order(runs):
             for name in ("one", "two")}
     assert [r["task_id"] for r in rows["two"]] == list(PROBLEMS)
     assert [without_times(r) for r in rows["two"]] == [without_times(r) for r in rows["one"]]
+
+
+SWEEP = ["--model", "assets/model", "--per-task", "2", "--tasks", "add,sort,reverse", "--tau-mask", "0.5,0.99,0.999",
+         "--tau-edit", "off,0", "--mbe", "off", "--presets", "S", "--no-cache", "--json"]  # 7 cells: 4 and 3
+
+
+def test_two_ranks_measure_the_sweep_of_one_process(capsys, monkeypatch):
+    from llada.eval.sweep import main
+
+    monkeypatch.chdir(ROOT)
+    main(SWEEP)
+    alone = json.loads(capsys.readouterr().out)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    launch = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "llada.eval.sweep", *SWEEP],
+                            capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    assert launch.returncode == 0, launch.stderr
+    split = json.loads(launch.stdout)  # rank 0 prints, once
+    assert [(p["preset"], p["tau_mask"], p["tau_edit"]) for p in split["points"]] == \
+        [(p["preset"], p["tau_mask"], p["tau_edit"]) for p in alone["points"]]  # the grid's order
+    assert len({p["tpf"] for p in alone["points"]}) > 1  # cells that differ, so an order mix-up shows
+    assert without_times(split) == without_times(alone)

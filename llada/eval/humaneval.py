@@ -190,7 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mini", action="store_true", help="HumanEval+ mini: fewer plus inputs")
     ap.add_argument("--data", help="an EvalPlus HumanEval+ .jsonl(.gz) file (default: assets/humanevalplus/)")
     ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), help="the model's modes (default: S Q)")
-    ap.add_argument("--n", type=int, default=None, help="the first N problems (default: all 164)")
+    ap.add_argument("--n", "--first", type=int, default=None, help="the first N problems (default: all 164; "
+                    "--first under torchrun, whose own options make --n ambiguous)")
     ap.add_argument("--gen-length", type=int, default=512, help="tokens per completion (cut to fit the model)")
     ap.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
                     help="chat prompt (auto: when the tokenizer has a chat template)")
