@@ -7,8 +7,10 @@ thresholds override the mode's; the model's own presets (presets.json) define th
 The rule follows the checkpoint (2.1: joint, 2.2: levenshtein); `--rule` overrides it.
 
 `--poke STEP:POS:TOKEN` (repeatable) changes the text after decode forward STEP (1 = after the first): the
-generated position POS (0 = the first) becomes TOKEN, a token's text, `#ID`, or `mask`; the decode goes on
-from the changed text (`llada.loop`), and `--json` lists the pokes as `pokes`: [{step, pos, old, new}].
+generated position POS (0 = the first) becomes TOKEN, a token's text, `#ID`, or `mask`; on a LLaDA2.2 run
+TOKEN may also be `delete` or `insert` (the block closes the gap or opens a mask there); the decode goes on
+from the changed text (`llada.loop`), and `--json` lists the pokes as `pokes`: [{step, pos, old, new}] (and
+`kind` for a delete or insert).
 
 `--prompts-file F` decodes one prompt per line of F in one batch (`--batch-size` rows share each
 forward; every output is the one the prompt gets alone) and prints one result per line, in order. A
@@ -96,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--engine", choices=("auto", "fast", "reference"), default="auto",
                    help="MoE kernels: fast (fused Triton, self-checked), reference (PyTorch); auto: fast on CUDA")
     g.add_argument("--poke", action="append", default=[], metavar="STEP:POS:TOKEN",
-                   help="after decode forward STEP, write TOKEN (text, #ID or mask) at generated position POS; "
-                        "repeatable")
+                   help="after decode forward STEP, write TOKEN (text, #ID or mask) at generated position POS, or "
+                        "(LLaDA2.2 runs) delete or insert there; repeatable")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 

@@ -46,6 +46,7 @@ from .config import DecodeConfig, padded_length
 from .decide import Window, WindowUpdate, decide, levenshtein_of
 from .loop import ForwardAsk, Loop, Run, loop, resolve_forward
 from .model import LLaDA2MoE
+from .records import POKE_KINDS
 from .trace import Poke, StepRecord, Trace
 
 if TYPE_CHECKING:
@@ -277,8 +278,11 @@ def check_inputs(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mas
 
 def check_pokes(model: LLaDA2MoE, cfg: DecodeConfig, mask_id: int, pokes) -> None:
     """ValueError when a poke does not fit the run: a step below 1, a position outside the generated region,
-    a token outside the vocabulary, or a run that follows LLaDA2.2's rule (pokes there are not supported yet)."""
+    a token outside the vocabulary, an unknown kind, a delete or insert on a run of the joint (2.1) rule
+    (only LLaDA2.2's rule moves tokens), or a written DELETE or SPLIT id on a LLaDA2.2 run (there it would act
+    as the move: poke `delete` or `insert` instead)."""
     vocab = model.config.vocab_size
+    lev = levenshtein_of(model.config, cfg, mask_id) if pokes else None
     for p in pokes:
         if not isinstance(p, Poke):
             raise ValueError(f"a poke must be a llada.trace.Poke, got {type(p).__name__}")
@@ -288,8 +292,21 @@ def check_pokes(model: LLaDA2MoE, cfg: DecodeConfig, mask_id: int, pokes) -> Non
             raise ValueError(f"poke position {p.pos!r} is outside the generated region [0, {cfg.gen_length})")
         if isinstance(p.token, bool) or not isinstance(p.token, int) or not 0 <= p.token < vocab:
             raise ValueError(f"poke token id {p.token!r} is outside the vocabulary [0, {vocab})")
-    if pokes and levenshtein_of(model.config, cfg, mask_id) is not None:
-        raise ValueError("pokes are not supported yet on a run that follows LLaDA2.2's rule")
+        _check_poke_kind(p, lev, mask_id)
+
+
+def _check_poke_kind(p: Poke, lev, mask_id: int) -> None:
+    if p.kind not in POKE_KINDS:
+        raise ValueError(f"poke kind {p.kind!r} is not one of {', '.join(POKE_KINDS)}")
+    if p.kind != "write" and lev is None:
+        raise ValueError(f"a poke may {p.kind} only on a run of LLaDA2.2's rule (Levenshtein); this run follows "
+                         f"the joint (2.1) rule, which never moves tokens: write a token or mask instead")
+    if p.kind != "write" and p.token != mask_id:
+        raise ValueError(f"a {p.kind} poke opens a mask: its token must be the mask id {mask_id}, got {p.token}")
+    if p.kind == "write" and lev is not None and p.token in (lev.delete_id, lev.split_id):
+        move = "delete" if p.token == lev.delete_id else "insert"
+        raise ValueError(f"poke token id {p.token} is {move.upper() if move == 'delete' else 'SPLIT'}, which this "
+                         f"LLaDA2.2 run would act on as a move: poke {move!r} instead")
 
 
 def generate(model: LLaDA2MoE, prompt_ids: list[int], cfg: DecodeConfig, mask_id: int, eos_id: int,

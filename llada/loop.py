@@ -183,7 +183,7 @@ def _decode_block(run: Run, block: int) -> Loop:
         record = _step(run, block, lo, block_step, update)
         masks = run.mask_id in update.after[block * B - lo:]
         if run.decode_forwards in run.pokes:
-            yield from _poke(run, record, lo, block)
+            yield from _poke(run, record, lo, block)  # the joint rule never goes back (it returns None)
             masks = bool((run.seq[block * B:(block + 1) * B] == run.mask_id).any())
             continue  # a poked block is not final: the next forward sees the changed text
         yield record
@@ -196,9 +196,9 @@ def _decode_block(run: Run, block: int) -> Loop:
         run.cache.commit((block + 1) * B)
 
 
-def _poke(run: Run, record: StepRecord, lo: int, block: int) -> Loop:
+def _poke(run: Run, record: StepRecord, lo: int, block: int) -> Generator:
     """The hook between two forwards: apply the pokes due after this one, yield its record, then recompute the
-    cache where a poke changed a block it holds.
+    cache where a poke changed a block it holds. Returns the block to go back to (LLaDA2.2: see below), or None.
 
     A poke in the window [lo, ...) is seen by the next forward, which scores the whole window. A poke in a
     finished block before the window changes keys/values the cache holds: the cache is cut back to that
@@ -206,22 +206,52 @@ def _poke(run: Run, record: StepRecord, lo: int, block: int) -> Loop:
     without the cache computes on every forward, so both give the same trace. Without MBE the model never
     edits a finished block again: the poke stays, and only the blocks after it read it. With MBE a poke in
     one of the `mbe_window` blocks before the active one is open to MBE edits, so the model may repair it;
-    further back it stays, as without MBE. Either way the active block takes at least one more forward."""
-    B, start = run.cfg.block_length, run.P
+    further back it stays, as without MBE. Either way the active block takes at least one more forward.
+
+    On a LLaDA2.2 run (the Levenshtein rule), a poke that leaves a mask in a block before the active one (a
+    masked token, a delete's padding, an inserted mask: no rule step drafts there) re-opens the earliest such
+    block: the loop goes back to it, as for a poke after the last forward (`_blocks`)."""
+    B = run.cfg.block_length
     with torch.inference_mode():
         for p in run.pokes.pop(run.decode_forwards):
-            at = start + p.pos
-            record.pokes.append(Poked(at, p.token, int(run.seq[at])))
-            run.seq[at] = p.token
+            record.pokes.append(_apply_poke(run, p, record.active))
     yield record
     first = min(p.pos for p in record.pokes) // B * B
+    if run.lev is not None:
+        gen = run.seq[run.P:block * B]
+        if bool((gen == run.mask_id).any()):
+            return (run.P + int((gen == run.mask_id).nonzero()[0])) // B  # re-open it; `_blocks` cuts the cache
     if run.cache is not None and first < min(lo, run.cache.length):
         run.cache.commit(first)  # keys/values from the poked block on are stale: refill them
         yield from _fill_cache(run, lo, "refresh", block)
+    return None
 
 
-def _decode_block22(run: Run, block: int) -> Loop:
-    """The per-block loop of the Levenshtein rule (LLaDA2.2); asks for each forward and yields its record."""
+def _apply_poke(run: Run, p: Poke, active: tuple[int, int]) -> Poked:
+    """Write one poke into run.seq (a move shifts the rest of its block); keeps the Levenshtein book of the
+    active block in step (`llada.rule.poked_book`). Returns the poke as the trace holds it."""
+    B, at = run.cfg.block_length, run.P + p.pos
+    a0 = at // B * B
+    block = run.seq[a0:a0 + B].tolist()
+    poked = Poked(at - a0, p.token, block[at - a0] if p.kind != "insert" else block[-1], p.kind)
+    poked.apply(block, B)
+    run.seq[a0:a0 + B] = torch.tensor(block, dtype=run.seq.dtype, device=run.seq.device)
+    if run.book is not None and a0 == active[0]:
+        moved_to = poked.moved_to((0, B)) if p.kind != "write" else list(range(B))
+        opened = {"write": [poked.pos] if p.token == run.mask_id != poked.old else [], "delete": [B - 1],
+                  "insert": [poked.pos]}[p.kind]
+        run.book = rule.poked_book(run.book, moved_to, opened)
+    return poked._replace(pos=at)
+
+
+def _decode_block22(run: Run, block: int) -> Generator:
+    """The per-block loop of the Levenshtein rule (LLaDA2.2); asks for each forward and yields its record.
+    Returns None, or the earlier block a poke re-opened (`_poke`).
+
+    A poke after one of its steps (`_poke`) keeps the rule's bookkeeping (`llada.rule.poked_book`): the
+    original bits move with their tokens and the masks the poke opens are new ones, while the schedule, the
+    steps and post-steps counted and the seen blocks stay; a poke after the block's last step re-opens it,
+    entered again with fresh bookkeeping (its masks then original), as a poke after the run's last forward does."""
     cfg, B = run.cfg, run.cfg.block_length
     a0, hi = block * B, (block + 1) * B
     # 1. The window and 2. the cache before it, as in `_decode_block`.
@@ -238,6 +268,13 @@ def _decode_block22(run: Run, block: int) -> Loop:
         # 5. Write the update into the sequence, keep the book, record the step.
         record = _step(run, block, lo, block_step, update)
         run.book = update.levenshtein.book
+        if run.decode_forwards in run.pokes:  # the pokes due after this forward (see `_poke`)
+            back = yield from _poke(run, record, lo, block)
+            if back is not None:
+                return back
+            if update.levenshtein.done:  # a poke after the block's last step re-opens it: entered again
+                run.book = rule.start_block(run.seq[a0:hi], frozen, run.mask_id)
+            continue
         yield record
         # 6. The rule says when the block is done (its final round, or a step without masks that changed nothing).
         if update.levenshtein.done:
@@ -265,12 +302,22 @@ def loop(run: Run) -> Loop:
 
 
 def _blocks(run: Run, first: int) -> Loop:
-    """Blocks `first`, `first` + 1, ... decoded in turn, up to the last or an EOS stop."""
+    """Blocks `first`, `first` + 1, ... decoded in turn, up to the last or an EOS stop. A LLaDA2.2 block may
+    send the loop back to an earlier block a poke re-opened (`_poke`): the cache is cut back to its window."""
     decode_block = _decode_block if run.lev is None else _decode_block22
-    for block in range(first, run.n_blocks):
-        yield from decode_block(run, block)
+    block = first
+    while block < run.n_blocks:
+        back = yield from decode_block(run, block)
+        if back is not None:
+            block = back
+            lo = max(run.first, back - run.cfg.mbe_window) * run.cfg.block_length if run.cfg.mbe else \
+                back * run.cfg.block_length
+            if run.cache is not None and run.cache.length > lo:
+                run.cache.commit(lo)  # the re-opened window's keys/values are computed again from its tokens
+            continue
         if block + 1 < run.n_blocks and _eos_stop(run, block):  # 8. EOS in a finished block ends the run
             break
+        block += 1
 
 
 def _poked_loop(run: Run) -> Loop:

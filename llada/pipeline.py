@@ -20,7 +20,8 @@ Special ids, first found wins: an explicit argument; the tokenizer's declared to
 EOS token); generation_config.json; config.json (`mask_token_id`; `eos_token_id`, then
 `pad_token_id`, which LLaDA2.x sets to EOS); then the documented LLaDA2.x ids (mask 156895, EOS
 156892) with a `DefaultIdWarning`. An id that is not an integer inside the vocabulary is a
-`CheckpointError` naming where it came from; nothing falls back silently.
+`CheckpointError` naming where it came from; nothing falls back silently. A LLaDA2.2 directory's edit,
+mask and stop ids must also be its tokenizer's tokens (`llada.weights.token_ids`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .decode import decode, generate
 from .fast.engine import EngineReport, use_engine
 from .model import LLaDA2MoE
 from .presets import PresetError, load_presets, merged, resolve
+from .weights.token_ids import DeclaredId, check_token_ids
 from .weights.tokenizer import Tokenizer, load_tokenizer
 from .trace import Poke, StepRecord, Trace
 
@@ -90,6 +92,8 @@ class Pipeline:
         eos = special_id("EOS", eos_id, root, raw, tokenizer, vocab)
         if mask == eos:
             raise CheckpointError(f"{root}: the mask id and the EOS id are both {mask}; they must differ")
+        declared = [] if mask_id is not None else declared_masks(root, raw)  # an explicit mask id overrides them
+        check_token_ids(config, root, tokenizer, mask, declared)  # a 2.2 model's ids are its tokenizer's tokens
         if ranks is not None and engine == "fast":
             raise ValueError("the fast engine's fused experts hold every expert; across ranks use engine 'reference'")
         engine = "reference" if ranks is not None else engine
@@ -221,6 +225,13 @@ def _id_sources(kind: str, given, root: Path, raw: dict, tokenizer: Tokenizer | 
         yield f"{root / GENERATION_CONFIG}: eos_token_id", generation.get("eos_token_id")
         yield f"{root / 'config.json'}: eos_token_id", raw.get("eos_token_id")
         yield f"{root / 'config.json'}: pad_token_id", raw.get("pad_token_id")
+
+
+def declared_masks(root: Path, raw: dict) -> list[DeclaredId]:
+    """The mask ids generation_config.json and config.json name (`mask_token_id`, where an integer)."""
+    named = ((f"{root / GENERATION_CONFIG}: mask_token_id", _generation_config(root).get("mask_token_id")),
+             (f"{root / 'config.json'}: mask_token_id", raw.get("mask_token_id")))
+    return [DeclaredId(source, v) for source, v in named if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _generation_config(root: Path) -> dict:

@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple
 P_DIGITS = 4  # confidences are rounded in JSON: enough to read, keeps exports small
 KINDS = ("drafts", "edits", "mbe_edits")  # the three kinds of change, named alike everywhere
 MOVES = ("inserts", "deletes")  # the two kinds of move (LLaDA2.2), counted beside them
+POKE_KINDS = ("write", "delete", "insert")  # a token written (or a mask), and LLaDA2.2's two moves
 
 
 class Change(NamedTuple):
@@ -23,20 +24,27 @@ class Change(NamedTuple):
 
 @dataclass(frozen=True)
 class Poke:
-    """An intervention between two forwards: after decode forward `step` (1 = after the first), the token at
-    offset `pos` of the generated region (0 = the first generated position) becomes `token` (an id; the
-    mask id turns the position back into a mask)."""
+    """An intervention between two forwards: after decode forward `step` (1 = after the first), at offset
+    `pos` of the generated region (0 = the first generated position):
+
+    * `write` — the token there becomes `token` (an id; the mask id turns the position back into a mask);
+    * `delete` (LLaDA2.2 runs) — the token there is removed and the rest of its block closes the gap, a new
+      mask padding the block's end, as the rule's DELETE does; `token` is the mask id;
+    * `insert` (LLaDA2.2 runs) — a mask opens there, the block's later tokens move right and the last one
+      leaves the block (fixed length), as the rule's SPLIT does; `token` is the mask id."""
 
     step: int
     pos: int
     token: int
+    kind: str = "write"
 
 
 def read_poke(spec, token_of: Callable[[str], int]) -> Poke:
     """A `Poke` from `STEP:POS:TOKEN` text (as `--poke` takes it) or an object {"step", "pos", "token"}.
 
-    TOKEN is what `token_of` reads (`llada.pipeline.Pipeline.poke_token`: a token's text, `#ID` or `mask`);
-    an object may give the token as its id. ValueError naming what is wrong (the caller says which poke);
+    TOKEN is `delete` or `insert` (the moves of a LLaDA2.2 run), or what `token_of` reads
+    (`llada.pipeline.Pipeline.poke_token`: a token's text, `#ID` or `mask`); an object may give the token as
+    its id. ValueError naming what is wrong (the caller says which poke);
     whether the poke fits the run (step from 1, position in the generated region) is the run's check."""
     if isinstance(spec, str):
         parts = spec.split(":", 2)
@@ -46,7 +54,7 @@ def read_poke(spec, token_of: Callable[[str], int]) -> Poke:
             step, pos = int(parts[0]), int(parts[1])
         except ValueError:
             raise ValueError("STEP and POS must be whole numbers") from None
-        return Poke(step, pos, token_of(parts[2]))
+        return _poke(step, pos, parts[2], token_of)
     if not isinstance(spec, dict) or set(spec) != {"step", "pos", "token"}:
         raise ValueError('expected "STEP:POS:TOKEN" text or an object with exactly step, pos and token')
     step, pos, token = spec["step"], spec["pos"], spec["token"]
@@ -56,15 +64,59 @@ def read_poke(spec, token_of: Callable[[str], int]) -> Poke:
         token = f"#{token}"  # an id: read as #ID, so an unknown one is refused alike
     if not isinstance(token, str):
         raise ValueError("token must be a token's text, #ID, mask or a token id")
+    return _poke(step, pos, token, token_of)
+
+
+def _poke(step: int, pos: int, token: str, token_of: Callable[[str], int]) -> Poke:
+    if token in ("delete", "insert"):  # a move: the mask it opens is what enters the block
+        return Poke(step, pos, token_of("mask"), token)
     return Poke(step, pos, token_of(token))
 
 
 class Poked(NamedTuple):
-    """A poke as the trace holds it, on the record of the forward it followed."""
+    """A poke as the trace holds it, on the record of the forward it followed. For a move, `token` is the mask
+    it opened (a delete's at its block's end, an insert's at `pos`) and `old` the token that left the block (a
+    delete's removed token, an insert's last token, pushed out)."""
 
     pos: int  # absolute position (0-based, prompt included)
     token: int  # the token written
     old: int  # the token it replaced
+    kind: str = "write"  # see `POKE_KINDS`
+
+    def to_list(self) -> list:
+        """JSON: [pos, token, old], with the kind appended for a move (a write reads as before moves existed)."""
+        return [self.pos, self.token, self.old] + ([self.kind] if self.kind != "write" else [])
+
+    def moved_to(self, block: tuple[int, int]) -> list[int]:
+        """Where each position of `block` [a0, a1) (the block holding `pos`) goes (-1: gone), for a move."""
+        a0, a1 = block
+        if self.kind == "delete":
+            return [i if i < self.pos else -1 if i == self.pos else i - 1 for i in range(a0, a1)]
+        return [i if i < self.pos else i + 1 if i + 1 < a1 else -1 for i in range(a0, a1)]
+
+    def apply(self, view: list[int], B: int) -> None:
+        """This poke on `view` (the whole sequence), in place; blocks of B positions."""
+        a1 = (self.pos // B + 1) * B
+        if self.kind == "delete":
+            view[self.pos:a1] = view[self.pos + 1:a1] + [self.token]
+        elif self.kind == "insert":
+            view[self.pos:a1] = [self.token] + view[self.pos:a1 - 1]
+        else:
+            view[self.pos] = self.token
+
+    def undo(self, view: list[int], B: int) -> None:
+        """`apply` undone on `view`, in place."""
+        a1 = (self.pos // B + 1) * B
+        if self.kind == "delete":
+            view[self.pos:a1] = [self.old] + view[self.pos:a1 - 1]
+        elif self.kind == "insert":
+            view[self.pos:a1] = view[self.pos + 1:a1] + [self.old]
+        else:
+            view[self.pos] = self.old
+
+    def replaced(self, view: list[int], B: int) -> int:
+        """The token `view` holds where this poke's `old` comes from (before the poke is applied)."""
+        return view[(self.pos // B + 1) * B - 1] if self.kind == "insert" else view[self.pos]
 
 
 class Insert(NamedTuple):
@@ -121,7 +173,7 @@ class StepRecord:
             out |= {"inserts": [list(i) for i in self.inserts], "deletes": [list(d) for d in self.deletes],
                     "moved_to": self.moved_to}
             if self.pokes:
-                out["pokes"] = [list(p) for p in self.pokes]
+                out["pokes"] = [p.to_list() for p in self.pokes]
             out |= {"guesses": self.guesses, "confidence": [round(c, P_DIGITS) for c in self.confidence]}
         return out
 

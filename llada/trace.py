@@ -16,8 +16,9 @@ deleted or pushed out; masks fill the rest), and `inserts` / `deletes` say why. 
 changes, then its moves; undoing it restores the block as it was before the moves, then undoes the changes.
 
 A poke (`Poke`: someone changed the text between two forwards, `llada.loop`) rides on the record of the
-forward it follows, as `pokes` (`Poked`: position, token written, token replaced): applying a step is its
-changes, its moves, then its pokes; undoing it undoes the pokes first, last first. The field is optional in
+forward it follows, as `pokes` (`Poked`: position, token written, token replaced, and for LLaDA2.2 runs the
+kind: a write, or a delete or insert that moves the rest of its block): applying a step is its changes, its
+moves, then its pokes; undoing it undoes the pokes first, last first. The field is optional in
 the JSON (written only when a step has pokes), so a trace without pokes reads and writes as before.
 """
 
@@ -100,7 +101,7 @@ class Trace:
         if record.moved_to:
             self._before_moves[record.step] = self.tokens[record.active[0]:record.active[1]]
             record.move(self.tokens, self.mask_id)
-            self._move_writes(record)
+            self._move_writes(record.step, record.active, record.moved_to)
         for kind in MOVES if moves else ():
             self.counts[kind] += len(getattr(record, kind))
         if record.pokes:
@@ -113,13 +114,22 @@ class Trace:
         self.output_lengths.append(len(self.output_ids))
 
     def _add_pokes(self, record: StepRecord) -> None:
-        """Apply a record's pokes (after its changes and moves); ValueError when one does not fit."""
+        """Apply a record's pokes (after its changes and moves); ValueError when one does not fit. A poked write
+        is the last write of its position; a poked move takes each token's write along (`_move_writes`), and
+        the mask it opens counts as the poke's write."""
+        B = self.block_length
         for p in record.pokes:
-            if not self.prompt_length <= p.pos < self.length or self.tokens[p.pos] != p.old:
+            held = p.replaced(self.tokens, B) if self.prompt_length <= p.pos < self.length else "nothing"
+            if held != p.old:
                 raise ValueError(f"poke after step {record.step} changes position {p.pos} from {p.old}, "
-                                 f"but the trace holds {self.tokens[p.pos] if p.pos < self.length else 'nothing'}")
-            self.tokens[p.pos] = p.token
-            self._writes.setdefault(p.pos, []).append((record.step, (record.step, "pokes", 1.0)))
+                                 f"but the trace holds {held}")
+            p.apply(self.tokens, B)
+            opened = p.pos
+            if p.kind != "write":
+                block = (p.pos // B * B, (p.pos // B + 1) * B)
+                self._move_writes(record.step, block, p.moved_to(block))
+                opened = block[1] - 1 if p.kind == "delete" else p.pos
+            self._writes.setdefault(opened, []).append((record.step, (record.step, "pokes", 1.0)))
         self.counts["pokes"] += len(record.pokes)
 
     def _check_moves(self, record: StepRecord) -> None:
@@ -134,15 +144,15 @@ class Trace:
             raise ValueError(f"record of step {record.step} inserts or deletes at {moves}, outside its block's "
                              f"generated positions or without moved_to")
 
-    def _move_writes(self, record: StepRecord) -> None:
-        """After a step's moves, each position of its block answers `last_write` with the write of the token
-        that landed there (None for a mask the moves opened)."""
-        a0, a1 = record.active
-        last = {pos: self.last_write(pos, record.step) for pos in range(a0, a1)}
-        landed = {to: last[a0 + j] for j, to in enumerate(record.moved_to) if to >= 0}
+    def _move_writes(self, step: int, block: tuple[int, int], moved_to: list[int]) -> None:
+        """After moves in `block` (at `step`: where each position went, `moved_to`), each of its positions
+        answers `last_write` with the write of the token that landed there (None for a mask the moves opened)."""
+        a0, a1 = block
+        last = {pos: self.last_write(pos, step) for pos in range(a0, a1)}
+        landed = {to: last[a0 + j] for j, to in enumerate(moved_to) if to >= 0}
         for pos in range(a0, a1):
             if landed.get(pos) != last[pos]:
-                self._writes.setdefault(pos, []).append((record.step, landed.get(pos)))
+                self._writes.setdefault(pos, []).append((step, landed.get(pos)))
 
     def follow(self, stream: Iterator[StepRecord]) -> Iterator[StepRecord]:
         """Add every record of `stream` as it comes and pass it on; closing this closes the stream."""
@@ -237,9 +247,10 @@ class Trace:
         return [(self.records[i].step, p) for i in self.steps_index for p in self.records[i].pokes]
 
     def poke_list(self) -> list[dict]:
-        """The pokes as JSON objects: {step (the step it followed), pos (offset in the generated region), old, new}."""
+        """The pokes as JSON objects: {step (the step it followed), pos (offset in the generated region), old, new},
+        and `kind` for a move ("delete" or "insert": `old` is the token that left the block, `new` the mask)."""
         return [{"step": step, "pos": p.pos - self.prompt_length, "old": p.old, "new": p.token}
-                for step, p in self.pokes]
+                | ({"kind": p.kind} if p.kind != "write" else {}) for step, p in self.pokes]
 
     @property
     def seconds(self) -> float:
@@ -295,7 +306,7 @@ class Trace:
         while view_step > step:  # backward: undo this step's moves, then its changes, last first
             record = self.step_record(view_step)
             for p in reversed(record.pokes):
-                view[p.pos] = p.old
+                p.undo(view, self.block_length)
             if record.moved_to:
                 view[record.active[0]:record.active[1]] = self._before_moves[record.step]
             for c in reversed(record.changes):
@@ -327,7 +338,7 @@ class Trace:
             view[c.pos] = c.token
         record.move(view, self.mask_id)
         for p in record.pokes:
-            view[p.pos] = p.token
+            p.apply(view, self.block_length)
 
     def edit_events(self) -> list[tuple[int, str, Change]]:
         """Every T2T and MBE edit of the run, in order: (step, kind, change)."""

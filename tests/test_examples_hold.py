@@ -64,6 +64,7 @@ CLAIMS = {  # label prefix -> (the check of what the label says, the answer the 
     "Delete, then insert (LLaDA2.2 model, S)": (_delete_then_insert, "    return febatbat * febatbat\n"),
     "Insert (LLaDA2.2 model, S)": (_insert_filled_next, "    ixturen = ixturen + 1\n    return ixturen\n"),
     "Deletes (LLaDA2.2 model, S)": (lambda t: t.deletes >= 2, "    pagri = pagri - 1\n    return pagri\n"),
+    "Sorting nine digits (LLaDA2.2 model, S)": (_insert_filled_next, "112346668"),
 }
 
 

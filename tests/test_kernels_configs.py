@@ -91,6 +91,41 @@ def test_fitting_drops_stages_then_narrows_tiles():
         configs.fit_config(wide, DeviceSpec("tiny", 90, 1, 10_000))
 
 
+M64_PLAIN = MoEConfig(block_m=64, swap_ab=False, up_n=128, down_n=128, up_stages=3, down_stages=3)
+H200 = DeviceSpec("NVIDIA H200", 90, 132, 232_448)
+
+
+def test_fp32_weights_take_four_bytes_and_no_tensor_core_copy():
+    """The H200 lease (issue #33) refused these tiles with fp32 weights: "shared memory required 327680 >
+    232448". The IEEE fp32 dot keeps stages - 1 copies of 4-byte tiles: 2 x (64 + 2 x 128) x 128 x 4."""
+    need = configs.smem_bytes(M64_PLAIN, fp8=False, arch=90, fp32=True)
+    assert need["_up_kernel"] - configs.SMEM_SLACK == 327_680
+    assert need["_down_kernel"] - configs.SMEM_SLACK == 2 * (64 + 128) * 128 * 4  # 196,608 (sm90 compile)
+    assert not configs.fits(M64_PLAIN, H200, fp8=False, fp32=True)
+    assert configs.fit_config(M64_PLAIN, H200, fp8=False, fp32=True) == MoEConfig(
+        **{**M64_PLAIN.to_dict(), "up_stages": 2, "down_stages": 2})  # one copy of 160 KB: the tiles stay
+    assert configs.smem_bytes(M64_PLAIN, fp8=False, arch=90)["_up_kernel"] < need["_up_kernel"]  # bf16: 2 bytes
+
+
+def test_a_callers_configuration_is_fitted_before_it_compiles(monkeypatch):
+    """An explicit `config` (a test's tiles, a table for a larger GPU) gets the chosen one's fitting: its
+    stages are clamped to what the device's blocks hold, a fitting one is launched as given."""
+    from llada.fast.kernels import fused_moe
+
+    monkeypatch.setattr(fused_moe, "device_spec", lambda device: H200)  # plans only: nothing launches
+    T, H, I, E, K = 5, 200, 40, 6, 2
+    x, w13, w2 = torch.zeros(T, H), torch.zeros(E, 2 * I, H), torch.zeros(E, H, I)
+    ids, weights = torch.zeros(T, K, dtype=torch.long), torch.zeros(T, K)
+
+    def stages(w13, w2, cfg) -> dict:
+        launches = fused_moe.plan_fused_moe(x.to(w13.dtype), w13, None, w2, None, ids, weights, cfg)[1]
+        return {launch.name: launch.meta["num_stages"] for launch in launches if "num_stages" in launch.meta}
+
+    assert stages(w13, w2, M64_PLAIN) == {"_up_kernel": 2, "_down_kernel": 2}  # fp32: clamped from 3
+    m16 = MoEConfig(block_m=16, up_n=64, down_n=128, up_stages=4, down_stages=3)
+    assert stages(w13.bfloat16(), w2.bfloat16(), m16) == {"_up_kernel": 4, "_down_kernel": 3}  # fits as given
+
+
 def test_half_of_the_candidates_exceed_a_99_kb_block_and_the_estimate_says_so():
     over = [c for c in configs.candidates() if not configs.fits(c, KNOWN[89])]
     assert over and len(over) < len(configs.candidates())

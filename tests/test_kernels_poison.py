@@ -21,6 +21,7 @@ caught).
 import numpy as np
 import pytest
 import torch
+from fp8_sums import same_codes_tolerance
 
 from llada.fast import kernels
 from llada.fast.kernels import reference
@@ -209,7 +210,7 @@ def test_fp8_linear(poison, M):
     q, s = reference.quantize_weight_fp8(w)
     y = kernels.fp8_linear(poisoned(x, poison), poisoned(q, poison), poisoned(s, poison), impl="triton").cpu()
     assert torch.isfinite(y).all(), "a poisoned element was read"
-    assert rel_rmse(y, reference.fp8_linear(x, q, s)) < 1e-5
+    assert rel_rmse(y, reference.fp8_linear(x, q, s)) < same_codes_tolerance(DEVICE)  # see fp8_sums.py
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the address check is the interpreter's")

@@ -133,7 +133,7 @@ def test_repair_bench_runs_a_few_trials(tmp_path, capsys):
 
 def test_repair_bench_refuses_a_model22_and_a_bad_n(capsys):
     assert repair.main(["--model", str(MODEL22), "--n", "1"]) == 2
-    assert "pokes follow LLaDA2.1's rule only" in capsys.readouterr().err
+    assert "measures LLaDA2.1 runs only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         repair.main(["--n", "0"])
     assert "--n must be at least 1" in capsys.readouterr().err

@@ -143,13 +143,6 @@ def test_bad_pokes_are_refused_before_any_forward(ref_model, poke, message):
         _run(ref_model, _cfg(), [poke])
 
 
-def test_pokes_on_the_levenshtein_rule_are_refused():
-    from model22 import EOS as EOS22, MASK as MASK22, SMALL, small_model
-
-    with pytest.raises(ValueError, match="not supported yet"):
-        generate(small_model(), [11, 12, 13], SMALL, MASK22, EOS22, pokes=[Poke(1, 0, 1)])
-
-
 def _cli(capsys, *args):
     from llada.__main__ import main
 

@@ -75,6 +75,8 @@ def test_what_to_write(models, finished):
     assert len(drawn) > 50 and not drawn & special
     assert random_token(pipe, old, random.Random(1)) == random_token(pipe, old, random.Random(1))
     assert set(HOWS) == {"mask it", "corrupt at random", "replace with"}
+    with pytest.raises(InputError, match="only a LLaDA2.2 run"):
+        poke_of(pipe, finished, 2, P, "delete it", "", rng)
 
 
 @pytest.mark.parametrize("step, pos, how, token, message", [

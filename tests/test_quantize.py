@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from fp8_sums import same_codes_tolerance
 from torch import nn
 
 from llada.fast import kernels
@@ -60,15 +61,64 @@ def test_bad_impl_is_refused():
         quantize_model_fp8(tiny_model(), impl="fast")
 
 
+def module_calls(model: nn.Module, kinds: tuple) -> dict[str, tuple]:
+    """Run by a forward of `model`: name -> (args, output) of the one call to each module of `kinds`."""
+    calls, hooks = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, kinds):
+            def keep(mod, args, out, name=name):
+                assert name not in calls, f"{name} ran twice"
+                calls[name] = (args, out)
+            hooks.append(module.register_forward_hook(keep))
+    return calls, hooks
+
+
+@needs_triton
+def test_triton_and_torch_modules_agree_on_the_same_inputs():
+    """Each swapped module of the Triton model (FP8 linears, FP8 experts, the fused router) on the inputs its
+    PyTorch twin saw in a forward: like for like, on any device, with each module's own bound, so no rounding
+    difference upstream can move them (see test_triton_and_torch_models_agree for why that matters)."""
+    ids = torch.randint(0, 99, (1, 9), generator=torch.Generator().manual_seed(1))
+    mask = block_causal_mask(torch.arange(9) // 4)
+    with torch.no_grad():
+        ref = quantize_model_fp8(tiny_model(), impl="torch", dense=True)
+        tri = dict(quantize_model_fp8(tiny_model().to(DEVICE), impl="triton", dense=True).named_modules())
+        calls, hooks = module_calls(ref, (FP8Linear, FP8Experts, Router))
+        ref(ids, mask=mask)
+        for hook in hooks:
+            hook.remove()
+        kinds = set()
+        for name, (args, want) in calls.items():
+            got = tri[name](*(a.to(DEVICE) for a in args))
+            kinds.add(type(tri[name]))
+            if isinstance(tri[name], FusedRouter):  # fp32 logits in another sum order: the same picks
+                (got_ids, got_w), (want_ids, want_w) = [t.cpu() for t in got], want
+                order, want_order = got_ids.argsort(-1), want_ids.argsort(-1)
+                assert torch.equal(got_ids.gather(-1, order), want_ids.gather(-1, want_order)), name
+                assert torch.allclose(got_w.gather(-1, order), want_w.gather(-1, want_order), atol=1e-5), name
+            elif isinstance(tri[name], FP8Linear):  # same codes, no re-quantized intermediate
+                assert rel_rmse(got.cpu(), want) < same_codes_tolerance(DEVICE), name
+            else:  # the experts re-quantize h: a rare flipped code (see test_kernels_moe.TRITON_VS_REF)
+                assert rel_rmse(got.cpu(), want) < 1e-2, name
+    assert kinds == {FP8Linear, FP8Experts, FusedRouter}  # every kind was compared
+
+
 @needs_triton
 def test_triton_and_torch_models_agree():
+    """The whole forward. In Triton's interpreter the kernels sum in fp32 as the reference does (4e-7 apart
+    here). On a GPU they do not (tests/fp8_sums.py: ~1e-4 per FP8 linear), and the chain amplifies that: each
+    re-quantization to e4m3 (8 values per power of two) turns a 1e-4 shift into a whole-step flip of the
+    odd element, and a flipped top-2 router pick swaps an expert. The H200 lease (issue #33) measured 0.048;
+    on the CPU, noise of 1.5e-4 rms added to every FP8 linear and expert output gave 0.046 .. 0.13 over six
+    draws. So on a GPU this only catches gross faults; the module test above is the tight check there."""
     ids = torch.randint(0, 99, (1, 9), generator=torch.Generator().manual_seed(1))
     mask = block_causal_mask(torch.arange(9) // 4)
     with torch.no_grad():
         tri = quantize_model_fp8(tiny_model().to(DEVICE), impl="triton", dense=True)
         tri = tri(ids.to(DEVICE), mask=mask.to(DEVICE)).cpu()
-        ref = quantize_model_fp8(tiny_model(), impl="torch", dense=True)(ids, mask=mask)
-    assert rel_rmse(tri, ref) < 1e-2  # same fp8 codes; fp32 sum order may flip a rare intermediate rounding
+        ref = quantize_model_fp8(tiny_model().to(DEVICE), impl="torch", dense=True)(ids.to(DEVICE),
+                                                                                   mask=mask.to(DEVICE)).cpu()
+    assert rel_rmse(tri, ref) < (0.3 if DEVICE.type == "cuda" else 1e-2)  # a broken layer costs ~1
 
 
 @needs_triton

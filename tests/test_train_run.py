@@ -208,6 +208,22 @@ def test_the_command_trains_evaluates_and_writes_the_card(tmp_path, capsys):
     assert summary["eval_seconds"] > 0 and summary["steps"] == 6
 
 
+def test_a_run_trained_on_a_gpu_is_evaluated_on_this_cpu_and_its_card_says_where(tmp_path, monkeypatch):
+    write_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    common = ["--preset", "tiny", "--out", str(out), "--roots", str(tmp_path / "src"), "--vocab-size", "300",
+              "--bpe-chars", "100000"]
+    main(common + ["--steps", "2", "--no-eval"])
+    summary = json.loads((out / "training.json").read_text())
+    (out / "training.json").write_text(json.dumps(summary | {"device": "NVIDIA H200", "device_type": "cuda"}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU lease's run, back on a CPU machine
+    main(common + ["--eval-only", "--eval-n", "1", "--code-n", "0", "--samples", "1", "--eval-gen-length", "8"])
+    assert json.loads((out / "eval.json").read_text())["n"] == 1
+    assert json.loads((out / "training.json").read_text())["eval_device"].startswith("CPU (")
+    card = (out / "README.md").read_text()
+    assert "Device: NVIDIA H200" in card and "thread(s)), not the training device (TPS depends on it)" in card
+
+
 def test_a_resumed_run_continues_exactly_where_it_stopped(tmp_path):
     tc = tiny_run_config(tmp_path, pack=True, block_lengths=(16, 32), checkpoint_minutes=60.0)
     run = setup(tc, progress=False)

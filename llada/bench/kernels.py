@@ -63,6 +63,11 @@ class Layer:
     def fp8(self) -> bool:
         return self.fused[1] is not None
 
+    @property
+    def fp32(self) -> bool:
+        """fp32 expert weights (the CPU stand-in): 4-byte tiles, no tensor cores (`configs.smem_bytes`)."""
+        return self.fused[0].dtype == torch.float32
+
 
 def build(shape: dict, device: torch.device, dtype: torch.dtype, impl: str, weights: str = "fp8") -> Layer:
     g = torch.Generator(device=device).manual_seed(0)
@@ -195,7 +200,7 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
     x = layer_input(M, shape, device, dtype)
     try:
         default = configs.choose_config(M, shape["hidden"], shape["inner"], shape["experts"], shape["top_k"], spec,
-                                        layer.fp8)
+                                        layer.fp8, fp32=layer.fp32)
     except ValueError as err:  # no configuration fits this device at all: nothing to compare candidates with
         print(f"[tune] M={M}: {err}; nothing tuned", file=sys.stderr)
         return {"tokens": M, "config": None, "gemm_ms": None, "candidates": [], "skipped": [], "untimed": str(err)}
@@ -220,10 +225,10 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
 
 def _try_candidate(cfg, x, layer: Layer, shape: dict, expected, spec, iters: int, timed: list) -> str | None:
     """Time one candidate into `timed`; the reason it was skipped, or None."""
-    if not configs.fits(cfg, spec, layer.fp8):
+    if not configs.fits(cfg, spec, layer.fp8, fp32=layer.fp32):
         if layer.fp8 and not spec.fp8:
             return f"FP8 weights need compute capability 8.9 or later; {spec.name} is sm{spec.arch}"
-        need = configs.smem_bytes(cfg, layer.fp8, spec.arch)
+        need = configs.smem_bytes(cfg, layer.fp8, spec.arch, fp32=layer.fp32)
         kernel = max(need, key=need.get)
         return (f"does not fit: {kernel} needs ~{need[kernel]:,} B of shared memory per block, "
                 f"{spec.name} has {spec.smem:,} B (not compiled)")

@@ -9,6 +9,8 @@
                   graph, timed against the same forward eager and on the PyTorch reference, whose logits
                   the graph's are compared with (relative RMSE); -fp8 has its routed experts in FP8
     decode        the mini with FP8 experts decoding 64 tokens: CUDA graphs against the dynamic forward
+    spread        how far the bf16 reference's logits are from its own fp32 run (`fp32_logits`) on mini-shaped
+                  replicas (20 layers, top-8 of 8 groups) narrower than the mini: what the forward gate allows for
 
 Each JSON holds `figures`: {figure, measured, target, paper, ok}, the number beside what it should be
 (the targets of issue-level goals: mini forward <= 3.9 ms on an H200, scaled by copy bandwidth on other
@@ -25,11 +27,17 @@ import sys
 import time
 from pathlib import Path
 
-STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode")
+STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode", "spread")
 PAPER_TPS, PAPER_TPF = 1586.93, 12.32  # LLaDA2.1-mini, HumanEval+ peak (batch and hardware unstated)
 PAPER_FORWARD_MS = 1e3 * PAPER_TPF / PAPER_TPS  # 7.76 ms a forward at that TPF
 H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device copy reaches there (estimate)
-FORWARD_TOLERANCE = 5e-2  # bf16 logits of 20 layers in another op order (fused norms, summed experts)
+# The forward's logits are judged against an fp32 run of the reference (`fp32_logits`), beside the bf16
+# reference's own distance from it: random weights through 20 layers amplify every bf16 rounding (and a
+# flipped top-8 pick swaps an expert), so a fixed bound on fast vs bf16 reference says little. The H200
+# lease (issue #33) had fast vs bf16 reference 0.103 (bf16) and 0.129 (FP8) where the per-layer self-check
+# gave 0.0055 and 0.011. Gate: fast vs fp32 <= SPREAD x (bf16 reference vs fp32) + SPREAD_EPS.
+SPREAD, SPREAD_EPS = 2.0, 1e-2
+SPREAD_GRID = ((2, 1024, 64), (20, 256, 256), (20, 512, 64), (20, 1024, 64), (20, 2048, 16))  # layers, hidden, E
 
 
 def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
@@ -110,12 +118,51 @@ def forward_step(dry_run: bool, weights: str) -> dict:
         reference = StepGraphs(model, cache, B, capture=False)
         ref_logits = reference(block, *window)
         report["reference_ms"] = time_ms(lambda: reference(block, *window), device, iters)
+        exact = fp32_logits(model, cache, block, prefix)[0]  # (B, V)
     from ..fast.kernels.reference import rel_rmse
 
     report |= {"weights": weights, "shape": shape, "prefix": prefix, "block": B, "engine": engine.line(),
                "build_s": round(built_s, 2), "build_peak_gb": peak_gb,
-               "logits_rel_rmse_vs_reference": rel_rmse(logits, ref_logits)}
+               "logits_rel_rmse_vs_reference": rel_rmse(logits, ref_logits),
+               "logits_rel_rmse_vs_fp32": rel_rmse(logits, exact),
+               "reference_rel_rmse_vs_fp32": rel_rmse(ref_logits, exact)}
     return report | {"figures": _forward_figures(report, weights, dry_run, PAPER_TPS)}
+
+
+def fp32_logits(model, cache, ids, start: int):
+    """The reference forward of `ids` (B, T) at positions [start, start+T) over `cache`'s first `start`
+    positions, in fp32 throughout -> logits (B, T, V).
+
+    The mini's fp32 copy would take 60 GiB beside its 30 GiB in bf16 (not on an 80 GB H100), so the
+    weights are upcast one layer at a time (~4.5 GiB at the peak for the mini: a bf16 copy of the layer,
+    then its fp32 one) and dropped after it; FP8 experts keep their codes and scales (their reference
+    dequantizes in fp32 already). The KV cache is copied in fp32 (86 MB at the mini's 1,056 slots).
+    Needs the reference engine on `model` (`use_engine(model, "reference")`): plain modules to copy."""
+    import copy
+
+    import torch
+
+    from ..norm_rope import rope_cos_sin
+
+    cfg = model.config
+    fp32_cache = copy.copy(cache)
+    fp32_cache.k, fp32_cache.v = cache.k.float(), cache.v.float()
+    fp32_cache.layers = list(zip(fp32_cache.k.unbind(0), fp32_cache.v.unbind(0)))
+    cos, sin = rope_cos_sin(start + torch.arange(ids.shape[1], device=ids.device), cfg.rotary_dim, cfg.rope_theta)
+    x = model.word_embeddings(ids).float()  # (B, T, H): the lookup is exact
+    for layer in model.layers:  # mask None: the block sees the whole prefix and itself (block-causal)
+        x = _fp32_copy(layer)(x, cos, sin, None, fp32_cache, start)
+    x = _fp32_copy(model.norm)(x)
+    return x @ model.lm_head.weight.float().T  # (B, T, V)
+
+
+def _fp32_copy(module):
+    """A copy of `module` with its bf16 / fp16 parameters and buffers in fp32 (FP8 codes stay as they are)."""
+    import copy
+
+    import torch
+
+    return copy.deepcopy(module)._apply(lambda t: t.float() if t.dtype in (torch.bfloat16, torch.float16) else t)
 
 
 def _label(dry_run: bool) -> str:
@@ -133,15 +180,21 @@ def _forward_figures(r: dict, weights: str, dry_run: bool, paper_tps: float) -> 
             figure(f"{name}, PyTorch reference", f"{r['reference_ms']:.3f} ms", "-", paper),
             figure(f"{name}, share of copy bandwidth", f"{r['share_of_copy']:.0%}",
                    f"roofline {r['roofline_ms_at_copy']:.2f} ms"),
-            figure(f"{name}, logits vs reference (rel. RMSE)",
-                   f"{r['logits_rel_rmse_vs_reference']:.3g}", f"< {FORWARD_TOLERANCE}",
-                   ok=r["logits_rel_rmse_vs_reference"] < FORWARD_TOLERANCE),
+            figure(f"{name}, logits vs the fp32 reference (rel. RMSE): fast, PyTorch reference",
+                   f"{r['logits_rel_rmse_vs_fp32']:.3g}, {r['reference_rel_rmse_vs_fp32']:.3g}",
+                   f"fast <= {SPREAD:g} x reference + {SPREAD_EPS:g} (fast vs reference: "
+                   f"{r['logits_rel_rmse_vs_reference']:.3g})", ok=spread_ok(r)),
             figure(f"{name}, host syncs", r["host_syncs_per_forward"], "0",
                    ok=r["host_syncs_per_forward"] == 0)]
     if r.get("build_peak_gb") is not None:
         rows.append(figure("mini build, peak GPU memory", f"{r['build_peak_gb']:.1f} GiB",
                            "~ the bf16 weights (32 GB), no fp32 copy", ok=r["build_peak_gb"] < 40))
     return rows
+
+
+def spread_ok(r: dict) -> bool:
+    """The fast engine's logits are no further from fp32 than SPREAD times the bf16 reference's, plus a floor."""
+    return r["logits_rel_rmse_vs_fp32"] <= SPREAD * r["reference_rel_rmse_vs_fp32"] + SPREAD_EPS
 
 
 def decode_step(dry_run: bool) -> dict:
@@ -165,9 +218,53 @@ def decode_step(dry_run: bool) -> dict:
     return {"engine": engine.line(), "runs": runs, "figures": figures}
 
 
+def spread_step(dry_run: bool) -> dict:
+    """The bf16 reference against its fp32 run on the SPREAD_GRID replicas: 256 cached tokens, a 32-token block,
+    a 4,096-token vocabulary, 8 heads of 64 (2 KV heads), experts H/4 wide (the mini's ratio), bf16 and FP8
+    experts; fewer experts the wider it gets (each replica stays near 2 GB of CPU memory)."""
+    torch, device, _ = _setup(dry_run)
+    from ..fast.kernels.reference import rel_rmse
+    from ..fast.quantize import quantize_model_fp8
+    from .forward import prefill, random_model
+
+    rows, figures = [], []
+    for layers, hidden, experts in SPREAD_GRID:
+        for weights in ("bf16", "fp8"):
+            cfg = _config("llada2.1-mini", num_hidden_layers=layers, hidden_size=hidden, vocab_size=4096,
+                          num_attention_heads=8, num_key_value_heads=2, head_dim=64, intermediate_size=4 * hidden,
+                          moe_intermediate_size=hidden // 4, num_experts=experts)
+            model = random_model(cfg, device, torch.bfloat16)
+            if weights == "fp8":
+                quantize_model_fp8(model, impl="torch")
+            with torch.inference_mode():
+                cache, block = prefill(model, 256, 32, torch.Generator(device=device).manual_seed(0))
+                spread = rel_rmse(model(block, start=256, cache=cache), fp32_logits(model, cache, block, 256))
+            rows.append({"layers": layers, "hidden": hidden, "experts": experts, "weights": weights,
+                         "reference_rel_rmse_vs_fp32": spread})
+            figures.append(figure(f"bf16 reference vs fp32, {layers} layers, hidden {hidden}, {experts} experts, "
+                                  f"{weights} experts", f"{spread:.3g}", "-"))
+            del model, cache
+    return {"command": "python -m llada.bench.lease_engine spread OUT.json" + " --dry-run" * dry_run,
+            "commit": _commit(), "load_average": os.getloadavg(), "rows": rows, "figures": figures}
+
+
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout: the lease's copy of the tree may have no history)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
+
+
 def run_step(step: str, dry_run: bool) -> dict:
     if step == "self-check":
         return self_check_step(dry_run)
+    if step == "spread":
+        return spread_step(dry_run)
     if step.startswith("forward-"):
         return forward_step(dry_run, step.removeprefix("forward-"))
     return decode_step(dry_run)

@@ -14,18 +14,29 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from ..data.tasks import TASKS
 from ..eval.codetrack import evaluate_code, held_out_items
 from ..eval.harness import CODE_PROMPTS, code_samples, evaluate
 from ..pipeline import Pipeline
 from ..train.cli import Trained, run_command
-from ..train.loop import TrainConfig
+from ..train.loop import TrainConfig, device_name
 from .write import write_card
 
 
+def eval_device(trained_on: str) -> str:
+    """Where a saved run is evaluated: the device it trained on when this machine has one, else the CPU (a run
+    trained on a leased GPU is evaluated back on the CPU machine)."""
+    return trained_on if trained_on != "cuda" or torch.cuda.is_available() else "cpu"
+
+
 def evaluate_trained(tc: TrainConfig, summary: dict) -> tuple[dict, list[dict]]:
-    """Load the saved directory like any checkpoint; both eval tracks and the code samples."""
-    pipe = Pipeline.load(tc.out, device=summary["device_type"])
+    """Load the saved directory like any checkpoint; both eval tracks and the code samples. Where they ran
+    goes into summary["eval_device"] (the card's TPS depends on it)."""
+    device = eval_device(summary["device_type"])
+    summary["eval_device"] = device_name(torch.device(device))
+    pipe = Pipeline.load(tc.out, device=device)
     report = evaluate(pipe, list(TASKS), tc.eval_n, tc.seed)
     items = held_out_items(tc.code_n, tc.seed, summary["data"]["roots"]) if tc.code_n else []
     if items:

@@ -132,6 +132,12 @@ def samples_section(samples: list[dict]) -> str:
     return "\n".join(blocks)
 
 
+def evaluated_on(summary: dict) -> str:
+    """The device of the card's evaluation: the training one, or the machine a GPU-trained run came back to."""
+    where = summary.get("eval_device", summary["device"])
+    return f"the training device ({where})" if where == summary["device"] else f"{where}, not the training device"
+
+
 def origin(init: str | None) -> str:
     """How the card's first line names where the weights started."""
     return f"Continued from the weights and tokenizer of `{init}`, then trained" if init else "Trained from scratch"
@@ -151,8 +157,8 @@ def write_card(out: str | Path, summary: dict, report: dict, samples: list[dict]
         model_section(summary, config, out), "", "## How it was trained", "", training_section(summary, command), "",
         "## Learning curves", "", curve_section(summary, pilots or [], out), "",
         "## Results: Score | TPF in miniature", "",
-        f"Held-out items, seed {report['seed']}, greedy decoding, KV cache on, EOS early stop, on the training "
-        f"device ({summary['device']}; TPS depends on it). Reproduce with "
+        f"Held-out items, seed {report['seed']}, greedy decoding, KV cache on, EOS early stop, on "
+        f"{evaluated_on(summary)} (TPS depends on it). Reproduce with "
         f"`python -m llada.eval --model DIR --n {report['n']} --code-n {report.get('code', {}).get('n', 0)} "
         f"--seed {report['seed']}`.", "", format_table(report), ""]
     if "code" in report:

@@ -35,11 +35,11 @@ import torch
 
 from .levenshtein import (BlockBook, BlockBooks, Candidates, Delete, Escape, Insert, Levenshtein, LevenshteinRows,
                           LevenshteinStep, PostCount, levenshtein_candidates, levenshtein_rows, levenshtein_step,
-                          start_block)
+                          poked_book, start_block)
 
 __all__ = ["StepDecision", "step", "draft", "edit", "BlockBook", "BlockBooks", "Candidates", "Delete", "Escape",
            "Insert", "Levenshtein", "LevenshteinRows", "LevenshteinStep", "PostCount", "levenshtein_candidates",
-           "levenshtein_rows", "levenshtein_step", "start_block"]
+           "levenshtein_rows", "levenshtein_step", "poked_book", "start_block"]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ it held before this step], cut or padded with new masks to W.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import torch
@@ -132,6 +132,26 @@ def start_block(tokens: torch.Tensor, frozen: torch.Tensor, mask_id: int) -> Blo
         return BlockBook(original, int(original.sum()))
     zeros = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
     return BlockBooks(original, original.sum(-1), zeros, zeros.clone(), (frozenset(),) * tokens.shape[0])
+
+
+def poked_book(book: BlockBook, moved_to: Sequence[int], opened: Sequence[int]) -> BlockBook:
+    """The bookkeeping of an active block after a change from outside (a poke, `llada.loop`): each position's
+    original bit travels with its token (`moved_to`: where position i's token went, -1 gone), and the masks the
+    change opened (`opened`: a masked token, a deleted token's padding, an inserted mask) are **new** masks, as
+    SPLIT's and DELETE's are: the schedule owes one transfer each at the next step, and they neither reset nor
+    hold back the post-step count. The schedule, the steps taken, the post-steps and the seen blocks stay: a
+    poke is not a step of the block."""
+    W = book.original.shape[0]
+    if len(moved_to) != W or not all(-1 <= t < W for t in moved_to) or not all(0 <= i < W for i in opened):
+        raise ValueError(f"a poked block of {W} positions needs moved_to in [-1, {W}) and opened in [0, {W}), "
+                         f"got {list(moved_to)}, {list(opened)}")
+    bits = [False] * W
+    for i, to in enumerate(moved_to):
+        if to >= 0:
+            bits[to] = bool(book.original[i])
+    for i in opened:
+        bits[i] = False
+    return replace(book, original=torch.tensor(bits, device=book.original.device))
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,23 @@ class Tokenizer:
             ids += self._text_ids(text) + self._markup_ids(part)
         return ids
 
+    def id_of(self, token: str) -> int | None:
+        """The id of `token` (its exact text, e.g. `<|delete|>`); None when the tokenizer does not hold it."""
+        found = self.calls.convert_tokens_to_ids(token)
+        return found if isinstance(found, int) and found != self.calls.unk_token_id else None
+
+    def entry(self, token_id: int) -> tuple[str | None, bool]:
+        """(the token's text, whether it was added as a special token) at `token_id`; (None, False) where the
+        tokenizer holds no token."""
+        added = self.calls.added_tokens_decoder.get(token_id)
+        if added is not None:
+            return added.content, bool(added.special)
+        try:
+            text = self.calls.convert_ids_to_tokens([token_id])[0]
+        except (IndexError, KeyError, OverflowError, ValueError):
+            text = None
+        return text, False
+
     def _text_ids(self, text: str) -> list[int]:
         return list(self.calls.encode(text, add_special_tokens=False, split_special_tokens=True))
 
@@ -183,6 +200,11 @@ class FileTokenizer:
 
     def _id(self, token: str | None) -> int | None:
         return None if token is None else self.backend_tokenizer.token_to_id(token)
+
+    @property
+    def added_tokens_decoder(self) -> dict:
+        """{id: tokenizers.AddedToken} of the added tokens, as transformers names it."""
+        return self.backend_tokenizer.get_added_tokens_decoder()
 
     def convert_tokens_to_ids(self, token: str) -> int | None:
         found = self._id(token)

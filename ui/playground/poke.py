@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from llada.decide import levenshtein_of
 from llada.records import Poke
 from llada.trace import Trace
 
@@ -26,6 +27,8 @@ from ..settings import InputError, Request, RunSettings, check_choice, check_fla
 from .run import RunFrame, stream_frames
 
 HOWS = ("mask it", "corrupt at random", "replace with")
+MOVES = {"delete it": "delete", "insert a mask before it": "insert"}  # LLaDA2.2 runs only (its rule's moves)
+HOWS_22 = HOWS + tuple(MOVES)
 HELP = ("**Poke the canvas.** After a run (or scrubbed back to a step), tap a token, pick what to write there and "
         "press **poke and re-run**: the run decodes again with your poke after the step shown, and you see whether "
         "and when the model edits it back.")
@@ -48,7 +51,8 @@ def poke_view() -> PokeView:
         with gr.Row(equal_height=True):
             pos = gr.Number(None, label="position (tap a token on the canvas)", precision=0, elem_id="poke-pos",
                             min_width=120)
-            how = gr.Radio(list(HOWS), value=HOWS[0], label="write there", elem_id="poke-how", min_width=220)
+            how = gr.Radio(list(HOWS_22), value=HOWS[0], label="write there", elem_id="poke-how", min_width=220,
+                           info="delete it / insert a mask before it: LLaDA2.2 runs only")
             token = gr.Textbox("", label="replacement token (for replace with)", elem_id="poke-token",
                                placeholder="a token's text, or #ID", min_width=160)
         run = gr.Button("poke and re-run", elem_id="poke-run", variant="secondary", size="sm")
@@ -72,6 +76,11 @@ def poke_of(pipe, trace: Trace, step: int, pos, how: str, token, rng: random.Ran
                          f"(positions {trace.prompt_length} to {trace.prompt_length + trace.gen_length - 1})")
     if how == "mask it":
         return Poke(step, offset, trace.mask_id)
+    if how in MOVES:
+        if levenshtein_of(pipe.model.config, trace.settings, trace.mask_id) is None:
+            raise InputError(f"{how}: only a LLaDA2.2 run (its Levenshtein rule) deletes and inserts; this run "
+                             f"follows the 2.1 rule: mask it or replace it instead")
+        return Poke(step, offset, trace.mask_id, MOVES[how])
     if how == "corrupt at random":
         return Poke(step, offset, random_token(pipe, trace.tokens_at(step)[int(pos)], rng))
     if not isinstance(token, str) or not token.strip():
@@ -93,7 +102,7 @@ def random_token(pipe, old: int, rng: random.Random) -> int:
 
 def earlier_pokes(trace: Trace) -> list[Poke]:
     """The run's own pokes, as asked again (each at the step it followed), so a new poke adds to them."""
-    return [Poke(step, p.pos - trace.prompt_length, p.token) for step, p in trace.pokes]
+    return [Poke(step, p.pos - trace.prompt_length, p.token, p.kind) for step, p in trace.pokes]
 
 
 def poke_ui(models, trace: Trace | None, model, step, pos, how, token, ghost):
@@ -101,7 +110,7 @@ def poke_ui(models, trace: Trace | None, model, step, pos, how, token, ghost):
     model's path (the run's own, or the poke is refused). A refused poke is said in #error and leaves the run on
     screen as it was."""
     try:
-        ghost, step, how = check_flag("ghost", ghost), check_step(step), check_choice("write there", how, HOWS)
+        ghost, step, how = check_flag("ghost", ghost), check_step(step), check_choice("write there", how, HOWS_22)
         if trace is None:
             raise InputError("run the model first: a poke changes a run's text")
         if trace.status == "running":

@@ -1,4 +1,4 @@
-"""The Playground tab's components: the run view, the charts and edit log, S vs Q, the API's inputs.
+"""The Playground tab's components: the run view, the charts and edit log, the comparison, the API's inputs.
 
 Components carry the stable elem_ids of docs UI_CONTRACT; the controls (prompt bar, mode row, settings
 column) are in ui/playground/controls.py, the events in ui/playground/wire.py.
@@ -7,16 +7,20 @@ column) are in ui/playground/controls.py, the events in ui/playground/wire.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
 from ..render import canvas, tables
 from ..render.live import FOLLOW_JS, PATCHER_JS, canvas_script, scrubber_script
-from . import controls
+from ..models import MODEL22
+from ..settings import check_choice
+from . import compare, controls
 from .poke import PokeView, poke_view
 from .replay import SPEEDS
 
-COMPARE_HINT = "Press Compare S vs Q (beside Generate): the %s run of the prompt is drawn here, step by step."
+COMPARE_HINT = ("Press Compare S vs Q (beside Generate; or pick two models below): %s of the prompt is drawn here, "
+                "step by step.")
 EDIT_LOG_LABEL = "Edit log: every T2T and MBE edit, LLaDA2.2's deletes and inserts, and your pokes"
 
 
@@ -65,12 +69,17 @@ class RunCharts:
 
 @dataclass
 class CompareView:
-    """S vs Q on the same prompt: the verdict, one scrubber for both canvases, their numbers and charts."""
+    """Two runs of the same prompt (S vs Q, or two models): what to compare, the verdict, one scrubber for both
+    canvases, each side's numbers, the table and the charts."""
 
+    versus: gr.Radio  # S vs Q, or two models (ui/playground/compare.py VERSUS)
+    other: gr.Dropdown  # the second model, beside the one the settings choose
     verdict: gr.Markdown
     step: gr.Slider
     canvas_s: gr.HTML
     canvas_q: gr.HTML
+    stats_s: gr.Markdown
+    stats_q: gr.Markdown
     patch: gr.HTML
     replay: gr.HTML
     table: gr.Dataframe
@@ -138,28 +147,67 @@ def charts_view() -> RunCharts:
     return RunCharts(charts, heatmap, edit_log, export, files)
 
 
-def compare_view() -> CompareView:
+COMPARE_INTRO = ("### Side by side on the same prompt\n**Compare** (beside Generate) runs the prompt twice on "
+                 "one timeline. **S vs Q**: both modes of the chosen model, each with **its own preset, block length "
+                 "included** (the sliders are not used), sharing each forward. **Two models**: the chosen model and "
+                 "the second one below (e.g. LLaDA2.1 against LLaDA2.2), both in the chosen mode, each with its own "
+                 "preset of it (Custom: each model's S). Multi-Block Editing as the **MBE** box says.")
+
+
+def second_model(models) -> str | None:
+    """The model offered to compare with the default one: the small LLaDA2.2 model when it is offered (the
+    embedded model is 2.1), else the next offered model; None when only one is offered."""
+    others = [path for _, path in models.choices() if path != models.default]
+    return next((p for p in others if Path(p).resolve() == MODEL22.resolve()), others[0] if others else None)
+
+
+def compare_label(versus: str) -> str:
+    """The Compare button's text for what it compares."""
+    return "Compare S vs Q" if versus == compare.VERSUS[0] else "Compare two models"
+
+
+def compare_choice(versus) -> tuple:
+    """What picking `versus` changes: the Compare button's text, and the second model's selector shown only for
+    two models (InputError for a choice that is none)."""
+    two = check_choice("compare", versus, compare.VERSUS) == compare.VERSUS[1]
+    return gr.update(value=compare_label(versus)), gr.update(visible=two)
+
+
+def _compare_choice(models) -> tuple[gr.Radio, gr.Dropdown]:
+    with gr.Row(equal_height=True):
+        versus = gr.Radio(list(compare.VERSUS), value=compare.VERSUS[0], label="Compare", elem_id="compare-versus",
+                          scale=1, min_width=220)
+        other = gr.Dropdown(models.choices(), value=second_model(models), label="second model (two models)",
+                            elem_id="compare-model", visible=False, scale=2, min_width=220)
+    return versus, other
+
+
+def _side(run: str, elem_id: str) -> tuple[gr.HTML, gr.Markdown]:
+    """One side of the pair: its canvas, its numbers under it."""
+    with gr.Column(min_width=320):
+        box = _canvas_box(canvas.render(None, 0, elem_id=elem_id, hint=COMPARE_HINT % run), f"{elem_id}-box")
+        stats = gr.Markdown("", elem_id=f"{elem_id}-stats")
+    return box, stats
+
+
+def compare_view(models) -> CompareView:
     with gr.Column(elem_id="compare"):
-        gr.Markdown("### S vs Q on the same prompt\n**Compare S vs Q** (beside Generate) runs both modes on the "
-                    "prompt, each with **its own preset, block length included** (the sliders are not used), "
-                    "with Multi-Block Editing as the **MBE** box says; they share each forward, on one timeline.")
+        gr.Markdown(COMPARE_INTRO)
+        versus, other = _compare_choice(models)
         verdict = gr.Markdown("", elem_id="compare-verdict")
         step = gr.Slider(0, 1, value=0, step=1, label="step (both runs)", elem_id="compare-step")
         with gr.Row(elem_id="compare-canvases"):
-            with gr.Column(min_width=320):
-                canvas_s = _canvas_box(canvas.render(None, 0, elem_id="canvas-s", hint=COMPARE_HINT % "S"),
-                                       "canvas-s-box")
-            with gr.Column(min_width=320):
-                canvas_q = _canvas_box(canvas.render(None, 0, elem_id="canvas-q", hint=COMPARE_HINT % "Q"),
-                                       "canvas-q-box")
+            canvas_s, stats_s = _side("the S run (with two models, the chosen model's)", "canvas-s")
+            canvas_q, stats_q = _side("the Q run (with two models, the second model's)", "canvas-q")
         patch = _patcher("canvas-patch-compare")
         replay = _patcher("canvas-replay-compare", scrubber_script("compare-step", "compare"))
-        table = gr.Dataframe(tables.stats_table([]), label="S vs Q", elem_id="compare-table", interactive=False)
+        table = gr.Dataframe(tables.stats_table([]), label="the pair", elem_id="compare-table", interactive=False)
         diff = gr.HTML("", elem_id="diff")
         with gr.Row():
             charts = [gr.Plot(elem_id=f"{i}-compare", show_label=False, min_width=300)
                       for i in ("chart-tps", "chart-tpf", "chart-steps")]
-    return CompareView(verdict, step, canvas_s, canvas_q, patch, replay, table, diff, charts)
+    return CompareView(versus, other, verdict, step, canvas_s, canvas_q, stats_s, stats_q, patch, replay, table, diff,
+                       charts)
 
 
 def _api_input(component, example):

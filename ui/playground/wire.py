@@ -1,4 +1,4 @@
-"""The Playground tab's events: controls, a run, its replay, S vs Q and the API endpoints.
+"""The Playground tab's events: controls, a run, its replay, the comparison and the API endpoints.
 
 `build(models, trace, pair)` creates the tab's components (inside `gr.Tab("Playground")`) and wires them;
 it returns the controls, which ui/demo.py hands to the explorer (a point of its chart sets some of them).
@@ -128,17 +128,24 @@ def _wire_replay(ctrl: Controls, shown: RunView, charts: RunCharts, trace) -> No
     charts.export.click(replay.export_files, [trace], charts.files, **PRIVATE, **REPLAY)
 
 
+def _wire_compare_choice(ctrl: Controls, pair_view: CompareView) -> None:
+    """Two models: the second model's selector shows and the Compare button says what it runs."""
+    pair_view.versus.change(refusing(view.compare_choice), pair_view.versus, [ctrl.compare, pair_view.other],
+                            **PRIVATE, **REPLAY)
+
+
 def _wire_compare(models: Models, ctrl: Controls, pair_view: CompareView, error, pair) -> None:
-    named = Inputs(model_path=ctrl.model, prompt=ctrl.prompt, gen_length=ctrl.gen_length, mbe=ctrl.mbe)
+    named = Inputs(model_path=ctrl.model, prompt=ctrl.prompt, gen_length=ctrl.gen_length, mbe=ctrl.mbe,
+                   mode=ctrl.mode, versus=pair_view.versus, other=pair_view.other)
 
     @on_gpu(seconds=lambda data: gpu_seconds(named.values(data)["gen_length"], None, runs=2))
     def run(data: dict):
         yield from compare.compare_ui(models, **named.values(data))
 
-    parts = {"error": error, "canvas_s": pair_view.canvas_s, "canvas_q": pair_view.canvas_q, "step": pair_view.step,
-             "table": pair_view.table, "diff": pair_view.diff, "verdict": pair_view.verdict, "patch": pair_view.patch,
-             "replay": pair_view.replay, "pair": pair} | dict(zip(CHARTS, pair_view.charts))
-    outputs = _outputs(compare.CompareFrame, parts)
+    sides = ("canvas_s", "canvas_q", "stats_s", "stats_q", "step", "table", "diff", "verdict", "patch", "replay")
+    parts = {"error": error, "pair": pair} | {name: getattr(pair_view, name) for name in sides}
+    outputs = _outputs(compare.CompareFrame, parts | dict(zip(CHARTS, pair_view.charts)))
+    _wire_compare_choice(ctrl, pair_view)
     ctrl.compare.click(None, js=SHOW_COMPARE)  # the comparison sits below the run: bring it into view
     ctrl.compare.click(run, named.inputs, outputs, **PRIVATE, show_progress="minimal", **DECODE)
     # a finished pair's steps are drawn by the browser as the scrubber moves (ui/render/live.py), a live pair's
@@ -185,7 +192,7 @@ def build(models: Models, trace, pair) -> Controls:
     ctrl = Controls.of(knows, bar, settings)
     with slot:
         examples = controls.example_list(ctrl)
-    pair_view = view.compare_view()
+    pair_view = view.compare_view(models)
     charts = view.charts_view()
     _wire_controls(models, ctrl)
     _wire_run(models, ctrl, shown, charts, trace, examples)

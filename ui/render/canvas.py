@@ -34,25 +34,21 @@ from dataclasses import dataclass, field
 from html import escape
 
 from llada.presets import tau_text
-from llada.trace import Change, Delete, StepRecord, Trace
+from llada.trace import Change, Delete, Poked, StepRecord, Trace
 
 from .moves import NO_MOVES, Moves, moves_of
+from .tips import guess, text, tip
 
 TAIL_SHOWN = 2  # positions drawn after the output's end (the rest is counted)
 PROMPT_ENDS = 24  # a prompt longer than 3x this shows its first and last PROMPT_ENDS tokens
 STATES = ("prompt", "mask", "draft", "edit", "mbe", "stable", "insert", "delete", "poke")
 STATE_OF = {"drafts": "draft", "edits": "edit", "mbe_edits": "mbe"}
-WRITE_NAMES = {"drafts": "draft", "edits": "edit", "mbe_edits": "MBE edit"}
 LEGEND = (("prompt", "prompt"), ("mask", "mask"), ("draft", "draft (M2T, this step)"),
           ("edit", "edit (T2T, this step)"), ("mbe", "MBE edit (earlier block)"), ("stable", "stable"),
           ("insert", "inserted mask (SPLIT, 2.2)"), ("delete", "deleted (DELETE, 2.2)"),
           ("poke", "poked (after this step)"))
 GLYPHS = {" ": "·", "\t": "⇥", "\n": "↵\n"}  # whitespace made visible; a newline still breaks the line
 
-
-def text(trace: Trace, token: int | None) -> str:
-    """The display text of a token id on its own (its id when the trace has no name for it)."""
-    return trace.texts.get(token, str(token))
 
 
 @dataclass
@@ -70,6 +66,7 @@ class View:
     joined: dict[int, str] = field(default_factory=dict)  # pos -> text of a split character's run
     moves: Moves = NO_MOVES  # what the shown step moved (LLaDA2.2)
     poked: dict[int, int] = field(default_factory=dict)  # pos -> the step of its last poke up to the shown step
+    poked_gone: dict[int, list[Poked]] = field(default_factory=dict)  # pos -> tokens a poke deleted just before it
 
     @property
     def B(self) -> int:
@@ -83,10 +80,30 @@ def view(trace: Trace, step: int, ghost: bool = False) -> View:
     moves = moves_of(record)
     now = {moves.at(c.pos): (STATE_OF[k], c) for k in STATE_OF for c in (getattr(record, k) if record else [])}
     now.pop(None, None)  # a token written, then pushed out of its block by a SPLIT
-    now |= {p.pos: ("poke", Change(p.pos, p.token, p.old, 1.0)) for p in (record.pokes if record else [])}
+    now, poked_gone = _poked_now(now, record.pokes if record else [], trace.block_length)
     poked = {p.pos: k for k, p in trace.pokes if k <= step}  # pokes come in step order: the last one stays
     return View(trace, step, tokens, record, active, output_end(trace, tokens), ghost, now, moves=moves,
-                poked=poked)
+                poked=poked, poked_gone=poked_gone)
+
+
+def _poked_now(now: dict, pokes: list[Poked], B: int) -> tuple[dict, dict[int, list[Poked]]]:
+    """The shown step's states with its pokes on top, in order: a write is a `poke` cell (old → new); a poked
+    move (LLaDA2.2) shifts the step's marks in its block, then an insert's opened mask is a `poke` cell and a
+    delete's removed token is drawn struck out, in the poke's colour, before the cell now at its position."""
+    gone: dict[int, list[Poked]] = {}
+    for p in pokes:
+        if p.kind != "write":
+            a0 = p.pos // B * B
+            to = p.moved_to((a0, a0 + B))
+            now = {(to[pos - a0] if a0 <= pos < a0 + B else pos): v for pos, v in now.items()}
+            now.pop(-1, None)
+            gone = {(to[pos - a0] if a0 <= pos < a0 + B else pos): v for pos, v in gone.items()}
+            gone.pop(-1, None)
+        if p.kind == "delete":
+            gone.setdefault(p.pos, []).append(p)
+        else:
+            now[p.pos] = ("poke", Change(p.pos, p.token, -1 if p.kind == "insert" else p.old, 1.0))  # -1: opened
+    return now, gone
 
 
 def output_end(trace: Trace, tokens: list[int]) -> int:
@@ -206,51 +223,28 @@ def cell_html(v: View, pos: int) -> str:
     hidden, p = _hidden(v, pos, state), _p_of(v, pos, state)
     classes = ["tok"] + ([hidden] if hidden else []) + (["cut"] if pos >= v.end else [])
     classes += ["poked"] if pos in v.poked else []
-    tip = _tip(v, pos, state, p) + _poke_note(v, pos, state) + _gone_note(v, pos)
+    tip_text = tip(v, pos, state, p)
     attrs = [f'class="{" ".join(classes)}"', f'data-pos="{pos}"', f'data-block="{pos // v.B}"',
-             f'data-state="{state}"', f'title="{escape(tip)}"']
+             f'data-state="{state}"', f'title="{escape(tip_text)}"']
     if p is not None:
         attrs.append(f'style="--p:{p:.3f}"')
         if state in ("draft", "edit", "mbe"):
             attrs.append(f'data-p="{p:.4f}"')
     change = v.now.get(pos, (None, None))[1]
-    if state in ("edit", "mbe", "poke"):
+    if state in ("edit", "mbe") or state == "poke" and change.old >= 0:
         attrs.append(f'data-prev="{escape(text(trace, change.old))}"')
         inner = (_token_html(v, change.old, "old") + '<span class="arrow">→</span>'
                  + _token_html(v, token, "new", pos))
-    elif state in ("mask", "insert"):
-        guess = _guess(v, pos)
-        inner = _token_html(v, guess, "ghost") if guess is not None else ""
+    elif state in ("mask", "insert") or state == "poke":  # a poke's opened mask: no guess, the forward never saw it
+        guessed = guess(v, pos) if state != "poke" else None
+        inner = _token_html(v, guessed, "ghost") if guessed is not None else ""
     else:
         inner = _token_html(v, token, "txt", pos)
     if token == trace.eos_id and not hidden and (run := _run_length(v, pos)) > 1:
         attrs.append(f'data-run="{run}"')
-    return "".join(gone_html(v, d) for d in v.moves.gone.get(pos, ())) + f"<span {' '.join(attrs)}>{inner}</span>"
-
-
-def _guess(v: View, pos: int) -> int | None:
-    """The model's guess shown in a mask of the active block (ghost on): the forward's at the position the
-    mask had before the moves; a mask the moves opened was not seen by the forward, so it has none."""
-    if not (v.ghost and v.record and pos // v.B == v.active):
-        return None
-    seen = v.moves.source_of(pos)
-    return None if seen is None else v.record.guesses[seen - v.record.window[0]]
-
-
-def _poke_note(v: View, pos: int, state: str) -> str:
-    """A cell poked at an earlier step whose token the model wrote since: the repair, in words."""
-    if pos not in v.poked or state == "poke":
-        return ""
-    write = v.trace.last_write(pos, v.step)
-    if write is None or write[1] == "pokes":
-        return ""  # the poke's token still stands (the tip says so)
-    return f" · poked after step {v.poked[pos]}, then rewritten by the model"
-
-
-def _gone_note(v: View, pos: int) -> str:
-    """A cell's word on the tokens deleted just before it (a phone taps the cell: the struck-out sliver is thin)."""
-    gone = [repr(text(v.trace, d.token)) for d in v.moves.gone.get(pos, ())]
-    return f" · deleted just before it at this step: {', '.join(gone)}" if gone else ""
+    gone = "".join(gone_html(v, d) for d in v.moves.gone.get(pos, ()))
+    gone += "".join(poked_gone_html(v, p) for p in v.poked_gone.get(pos, ()))
+    return gone + f"<span {' '.join(attrs)}>{inner}</span>"
 
 
 def gone_html(v: View, d: Delete) -> str:
@@ -261,37 +255,11 @@ def gone_html(v: View, d: Delete) -> str:
             f'{_token_html(v, d.token, "old")}</span>')
 
 
-def _tip(v: View, pos: int, state: str, p: float | None) -> str:
-    trace, token = v.trace, v.tokens[pos]
-    q = f'#{pos} "{text(trace, token)}"'
-    if state == "prompt":
-        return f"{q} · prompt"
-    if state == "insert":
-        i = v.moves.inserted[pos]
-        return (f'#{pos} mask inserted at step {v.step} (SPLIT written at #{i.pos}): '
-                f'"{text(trace, i.token)}" and the tokens after it moved right')
-    if state == "mask":
-        if (guess := _guess(v, pos)) is None:
-            return f"#{pos} mask"
-        p_guess = v.record.p_at(v.moves.source_of(pos))
-        return f'#{pos} mask · model\'s guess "{text(trace, guess)}" p={p_guess:.2f}'
-    if state == "poke":
-        return f'{q} · poked after step {v.step} · it was "{text(trace, v.now[pos][1].old)}"'
-    if state == "draft":
-        tau = trace.settings.threshold
-        rule = f"> τ_mask {tau:.2f}" if p > tau else f"≤ τ_mask {tau:.2f}: the most confident mask"
-        return f"{q} · drafted at step {v.step} · p={p:.2f} {rule}"
-    if state in ("edit", "mbe"):
-        how = "T2T edit" if state == "edit" else f"MBE edit of block {pos // v.B}"
-        return (f'{q} replaced "{text(trace, v.now[pos][1].old)}" at step {v.step} · {how} · '
-                f"p={p:.2f} > τ_edit {tau_text(trace.settings.editing_threshold, '.2f')}")
-    write = trace.last_write(pos, v.step)
-    if write is None:  # no change wrote it: a token the moves brought here is always a written one
-        return f"{q} · generated"
-    k, kind, wp = write
-    if kind == "pokes":  # written from outside the run between two forwards (`llada.trace.Poke`)
-        return f"{q} · poked after step {k}"
-    return f"{q} · written at step {k} ({WRITE_NAMES[kind]}, p={wp:.2f})"
+def poked_gone_html(v: View, p: Poked) -> str:
+    """A token a poke deleted after the shown step (LLaDA2.2): struck out in the poke's colour, its gap closing."""
+    tip = f'"{text(v.trace, p.old)}" deleted by a poke after step {v.step}; the tokens after it moved left'
+    return (f'<span class="gone" data-state="poke" data-was="{p.pos}" title="{escape(tip)}">'
+            f'{_token_html(v, p.old, "old")}</span>')
 
 
 # ---- the parts around the cells ---------------------------------------------------------------------

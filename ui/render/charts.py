@@ -99,12 +99,13 @@ def tpf_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
 
 def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
     """Per-step changes: stacked bars for one run, one line per (run, kind) when runs are overlaid."""
-    traces = []
+    traces, drawn = [], set()
     for i, (label, trace) in enumerate(runs):
         counts = step_counts(trace)
         for kind, colour in KIND_COLOURS.items():
             if kind in RARE and not any(counts[kind]):
                 continue
+            drawn.add(kind)
             name = KIND_NAMES[kind] if len(runs) == 1 else f"{label} {KIND_NAMES[kind]}"
             if len(runs) == 1:
                 traces.append({"type": "bar", "name": name, "x": counts["step"], "y": counts[kind],
@@ -114,7 +115,9 @@ def steps_figure(runs: list[tuple[str, Trace]]) -> go.Figure:
                                "y": counts[kind], "marker": {"size": 4, "color": colour},
                                "line": {"color": colour, "dash": RUN_DASH[i % len(RUN_DASH)], "shape": "hv"}})
     top = max((t.steps for _, t in runs), default=1)
-    return _figure(traces, "Per step: tokens drafted and edited", "decode step", "tokens (this step)",
+    moved = drawn & {"inserts", "deletes"}  # a LLaDA2.2 run's moves: the title names them too
+    title = "Per step: tokens drafted, edited, inserted and deleted" if moved else "Per step: tokens drafted and edited"
+    return _figure(traces, title, "decode step", "tokens (this step)",
                    integer_x=max(top, 1), barmode="stack", bargap=0.15)
 
 

@@ -139,9 +139,16 @@ def edit_log(trace: Trace | None) -> pd.DataFrame:
         mask = text(trace, trace.mask_id)
         rows += [[k, "insert", _p(r, i.pos), visible(text(trace, i.token)), f"{mask} {visible(text(trace, i.token))}",
                   i.pos, i.pos // B] for i in r.inserts]
-        rows += [[k, "poke", None, visible(text(trace, p.old)), visible(text(trace, p.token)), p.pos, p.pos // B]
-                 for p in r.pokes]  # written from outside after step k (the playground's poke, `llada.trace.Poke`)
+        rows += [_poke_row(trace, k, p) for p in r.pokes]  # from outside after step k (`llada.trace.Poke`)
     return pd.DataFrame(rows, columns=EDIT_COLUMNS)  # spaces and breaks shown
+
+
+def _poke_row(trace: Trace, k: int, p) -> list:
+    """A poke's row: a write as old → new; a poked delete as its removed token → nothing, a poked insert as the
+    mask it opened (its old: the token it pushed out of the block) — kinds "poke", "poke delete", "poke insert"."""
+    kind = "poke" if p.kind == "write" else f"poke {p.kind}"
+    new = "" if p.kind == "delete" else visible(text(trace, p.token))
+    return [k, kind, None, visible(text(trace, p.old)), new, p.pos, p.pos // trace.block_length]
 
 
 def _p(record, pos: int) -> float | None:

@@ -130,7 +130,7 @@ def tuned_config(table: dict, tokens: int, key: str) -> MoEConfig | None:
     return MoEConfig(**row["config"])
 
 
-def smem_bytes(cfg: MoEConfig, fp8: bool = True, arch: int = 90) -> dict[str, int]:
+def smem_bytes(cfg: MoEConfig, fp8: bool = True, arch: int = 90, *, fp32: bool = False) -> dict[str, int]:
     """Shared memory each GEMM kernel of `cfg` needs, estimated *before* compiling, in bytes.
 
     Triton's software pipeline keeps copies of every tile a K step loads for the tensor cores (the
@@ -140,42 +140,54 @@ def smem_bytes(cfg: MoEConfig, fp8: bool = True, arch: int = 90) -> dict[str, in
     step's tile leaves shared memory first). The epilogue reuses that space to reorder the fp32
     accumulators for the store. `tests/test_kernels_aot.py` checks the estimate against what the
     compiler reports for every configuration the engine picks on sm80, sm89 and sm90: never below it,
-    at most 4 KB above."""
-    elt = 1 if fp8 else 2
-    up = max(pipeline_bytes(cfg.block_m + 2 * cfg.up_n, cfg.up_stages, elt, arch), 2 * cfg.block_m * cfg.up_n * 4)
-    down = max(pipeline_bytes(cfg.block_m + cfg.down_n, cfg.down_stages, elt, arch), cfg.block_m * cfg.down_n * 4)
+    at most 4 KB above.
+
+    `fp32`: fp32 weights (tests, and the CPU-trained tiny models), which `_scaled_dot` multiplies as an
+    IEEE fp32 dot: 4 bytes per element, and no tensor core reads shared memory, so `stages - 1`
+    copies on every arch. At block_m 64, up_n 128 and 3 stages that is 2 x (64 + 2 x 128) x 128 x 4 =
+    327,680 B for the gate/up kernel, what an H200 (232,448 B per block) refused to load."""
+    elt = 1 if fp8 else 4 if fp32 else 2
+    tc = not fp32  # tensor cores: wgmma from sm90 on reads its operands from shared memory
+    up = max(pipeline_bytes(cfg.block_m + 2 * cfg.up_n, cfg.up_stages, elt, arch, tc),
+             2 * cfg.block_m * cfg.up_n * 4)
+    down = max(pipeline_bytes(cfg.block_m + cfg.down_n, cfg.down_stages, elt, arch, tc), cfg.block_m * cfg.down_n * 4)
     return {"_up_kernel": up + SMEM_SLACK, "_down_kernel": down + SMEM_SLACK}
 
 
-def pipeline_bytes(rows: int, stages: int, elt: int, arch: int) -> int:
+def pipeline_bytes(rows: int, stages: int, elt: int, arch: int, tensor_cores: bool = True) -> int:
     """Shared memory of the pipelined operand tiles: `rows` x 128 elements per stage (see smem_bytes)."""
-    copies = stages if arch >= 90 else max(stages - 1, 1)
+    copies = stages if arch >= 90 and tensor_cores else max(stages - 1, 1)
     return copies * rows * GROUP_K * elt
 
 
-def fits(cfg: MoEConfig, spec, fp8: bool = True) -> bool:
+def fits(cfg: MoEConfig, spec, fp8: bool = True, *, fp32: bool = False) -> bool:
     """Both GEMMs of `cfg` fit the device's shared memory (and FP8 is only asked of a GPU that has it)."""
     if spec is None:  # the CPU interpreter: no shared-memory limit
         return True
-    return (spec.fp8 or not fp8) and max(smem_bytes(cfg, fp8, spec.arch).values()) <= spec.smem
+    return (spec.fp8 or not fp8) and max(smem_bytes(cfg, fp8, spec.arch, fp32=fp32).values()) <= spec.smem
 
 
-def fit_config(cfg: MoEConfig, spec, fp8: bool = True) -> MoEConfig:
-    """`cfg` if it fits `spec`, else the nearest that does: fewer stages first, then narrower tiles."""
+def fit_config(cfg: MoEConfig, spec, fp8: bool = True, *, fp32: bool = False) -> MoEConfig:
+    """`cfg` if it fits `spec`, else the nearest that does: fewer stages first, then narrower tiles.
+
+    Every configuration a launcher is given passes here, a caller's own included: one that asks for
+    more shared memory than a block may have compiles and then fails to load (`OutOfResources`)."""
     if spec is not None and fp8 and not spec.fp8:
         raise ValueError(f"FP8 weights need a GPU of compute capability 8.9 or later; {spec.name} is "
                          f"sm{spec.arch}: use bf16 weights there")
+    if fits(cfg, spec, fp8, fp32=fp32):
+        return cfg  # as given (the search below ties down_n to up_n)
     for n in dict.fromkeys((cfg.up_n, 64)):
         for stages in range(max(cfg.up_stages, cfg.down_stages), 1, -1):
             trial = replace(cfg, up_n=n, down_n=n, up_stages=min(stages, cfg.up_stages),
                             down_stages=min(stages, cfg.down_stages))
-            if fits(trial, spec, fp8):
+            if fits(trial, spec, fp8, fp32=fp32):
                 return trial
     raise ValueError(f"no tile configuration near {cfg} fits {spec.smem} B of shared memory on {spec.name}")
 
 
 def choose_config(tokens: int, hidden: int, inner: int, experts: int, top_k: int, spec=None,
-                  fp8: bool = True) -> MoEConfig:
+                  fp8: bool = True, *, fp32: bool = False) -> MoEConfig:
     """The tuned entry for this GPU and shape when a table exists, else `default_config`; fitted to the
     device (`spec`, a `llada.fast.kernels.devices.DeviceSpec`; None on CPU) before anything compiles."""
     found = None
@@ -188,4 +200,4 @@ def choose_config(tokens: int, hidden: int, inner: int, experts: int, top_k: int
     if found is None and spec is not None and spec.arch < 90 and not cfg.swap_ab:
         cfg = replace(cfg, up_n=64, down_n=64)  # mma.sync holds the 64 x 128 gate + up accumulators in
         # registers and spills (sm89 compile): half-width tiles before Hopper
-    return fit_config(cfg, spec, fp8)
+    return fit_config(cfg, spec, fp8, fp32=fp32)

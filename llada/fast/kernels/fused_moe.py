@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from .configs import MoEConfig, choose_config
+from .configs import MoEConfig, choose_config, fit_config
 from .fp8 import plan_quantize_act, quantize_rows
 from .launch import Launch, run
 from .reference import AMAX_FLOOR, FP8, FP8_MAX, GROUP
@@ -322,7 +322,9 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
     `adds`: up to two (T, H) tensors in x.dtype the k-sum adds to the result, one rounding each.
     `shared`: the shared expert's (2I, H) gate|up and (H, I) down weights, run as expert E: then ids and
     weights are (T, K + 1) with id E, weight 1 in the last column (the router writes them so).
-    `norm`: (weight (H,), eps): the output is (out, RMSNorm(out)), the next sublayer's input made by the k-sum."""
+    `norm`: (weight (H,), eps): the output is (out, RMSNorm(out)), the next sublayer's input made by the k-sum.
+    `config`, when given, is fitted to the device like the chosen one (`configs.fit_config`: fewer stages,
+    then narrower tiles), so a table written for a larger GPU never launches a kernel that cannot load."""
     _check(x, w13, w13_scale, w2, w2_scale, ids, weights)
     if shared is not None:
         _check_shared(w13, w13_scale, shared, ids)
@@ -331,7 +333,9 @@ def plan_fused_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor |
     (T, H), (E, I2, _), K = x.shape, w13.shape, ids.shape[1]
     I, scaled, n_shared = I2 // 2, w13_scale is not None, int(shared is not None)
     fp32_dot = not scaled and (w13.dtype == torch.float32 or knobs.runtime.interpret)  # see _scaled_dot
-    cfg = config or choose_config(T, H, I, E + n_shared, K, device_spec(x.device), fp8=scaled)
+    spec, fp32 = device_spec(x.device), w13.dtype == torch.float32
+    cfg = (fit_config(config, spec, scaled, fp32=fp32) if config is not None  # a caller's tiles fit the device too
+           else choose_config(T, H, I, E + n_shared, K, spec, fp8=scaled, fp32=fp32))
     pairs, block_expert, align = plan_sort_by_expert(ids, E + n_shared, cfg.block_m)  # (P,), (P / BLOCK_M,)
     act = not scaled and cfg.up_split_k == 1  # silu(gate) * up in the gate/up GEMM's epilogue
     s13, s2 = shared if shared is not None else (w13[0], w2[0])  # unread without a shared expert
