@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,3 +52,10 @@ def test_int8_is_not_sized_across_ranks():
     flash = ModelConfig.from_dict(replica_config("flash"))
     with pytest.raises(ValueError, match="int8 weights are sized for one process"):
         weight_bytes(flash, torch.bfloat16, "int8", world=2)
+
+
+def test_the_docs_show_the_table_the_command_prints(capsys):
+    main([])
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| LLaDA2.1-flash")]
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
+    assert len(printed) == 6 and all(line in docs for line in printed)  # the table there is this one
