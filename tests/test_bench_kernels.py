@@ -55,7 +55,7 @@ def test_tuner_skips_what_does_not_fit_the_gpu_and_never_crashes(tmp_path, monke
     l4, every = KNOWN[89], configs.candidates()
     fitting = next(c for c in every if configs.fits(c, l4))
     too_big = next(c for c in every if not configs.fits(c, l4))
-    monkeypatch.setattr(configs, "candidates", lambda block_ms=(): [too_big, fitting])
+    monkeypatch.setattr(configs, "candidates", lambda block_ms=(), stages=(): [too_big, fitting])
     shape = kernels.SHAPES["smoke"]
     layer = kernels.build(shape, torch.device("cpu"), torch.float32, "triton", "fp8")
     row = kernels.tune_tokens(1, layer, shape, 1, None, l4)
@@ -66,7 +66,7 @@ def test_tuner_skips_what_does_not_fit_the_gpu_and_never_crashes(tmp_path, monke
     assert "skipped" in capsys.readouterr().err
 
     others = [c for c in every if not configs.fits(c, l4)][1:3]
-    monkeypatch.setattr(configs, "candidates", lambda block_ms=(): others)  # none of them fits the L4
+    monkeypatch.setattr(configs, "candidates", lambda block_ms=(), stages=(): others)  # none of them fits the L4
     row = kernels.tune_tokens(1, layer, shape, 1, None, l4)
     assert row["gemm_ms"] is None and row["candidates"] == [] and len(row["skipped"]) == 2
     assert configs.fits(configs.MoEConfig(**row["config"]), l4)  # the default, which fits, stays in use

@@ -27,6 +27,7 @@ from llada.weights.replica import write_replica
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 TIMEOUT = 600  # seconds for a whole 2-rank run on a loaded machine; a hang would fail here, not block CI
+IDS = {"llada2_tiny_ref": {"mask_id": 258, "eos_id": 257}}  # the fixture has no tokenizer to name them
 FIXTURE_RUN = ["--prompt-ids", "1,2,3,4,5", "--mask-id", "258", "--eos-id", "257", "--gen-length", "32",
                "--block-length", "8"]  # 86 decode forwards on the fixture: blocks with drafts, edits and reverts
 
@@ -38,17 +39,22 @@ def replicas(tmp_path_factory) -> dict[str, Path]:
     return {v: write_replica(root / v, shape="tiny", seed=3, version=v) for v in ("2.1", "2.2")}
 
 
-def torchrun(ranks: int, *args: str) -> subprocess.CompletedProcess:
+def launch(ranks: int, *args: str) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node RANKS ARGS...` from the repository root."""
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", str(ranks), "-m", "llada", "generate",
-                           *args], capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    return subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", str(ranks), *args],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
 
 
-def one_process(model: Path, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "llada", "generate", "--model", str(model), *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=TIMEOUT)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+def torchrun(ranks: int, *args: str) -> subprocess.CompletedProcess:
+    return launch(ranks, "-m", "llada", "generate", *args)
+
+
+def one_process(model: Path, prompt: list[int] | str, **settings) -> dict:
+    """One process's run (in this process): the summary `python -m llada generate --json` prints."""
+    pipe = Pipeline.load(model, dtype=torch.float64, **IDS.get(model.name, {}))
+    ids = pipe.encode(prompt) if isinstance(prompt, str) else prompt
+    return pipe.generate(ids, pipe.config("S", **settings)).summary()
 
 
 def test_expert_slices_tile_the_experts():
@@ -74,9 +80,15 @@ def test_a_rank_plans_and_loads_only_its_experts(fixture_dir):
     assert not any(f".experts.{e}." in name for name in read for e in range(8, 16))  # rank 1's: never read
 
 
-def test_quantized_loading_across_ranks_is_refused(fixture_dir):
+def test_quantized_loading_across_ranks_is_refused(fixture_dir, monkeypatch):
+    from llada.weights import checkpoint
+
     with pytest.raises(CheckpointError, match="quantize='int8' across ranks is not supported yet"):
         load_model(fixture_dir, quantize="int8", ranks=Ranks(0, 2))
+    monkeypatch.setattr(checkpoint, "_stored", lambda *args: "int8")  # a directory stored quantized
+    with pytest.raises(CheckpointError, match="holds int8 weights; expert parallel loading reads plain weights"):
+        load_model(fixture_dir, ranks=Ranks(0, 2))
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="fast engine"):
         Pipeline.load(fixture_dir, mask_id=258, eos_id=257, engine="fast", ranks=Ranks(0, 2))
 
@@ -88,20 +100,53 @@ def test_float64_is_refused_off_the_cpu(fixture_dir, capsys):
     assert "--dtype float64 runs on the CPU only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("which", ["fixture", "2.1", "2.2"])  # 2.2: block routing and the Levenshtein rule
-def test_two_ranks_in_float64_decode_as_one_process(which, fixture_dir, replicas):
-    model = fixture_dir if which == "fixture" else replicas[which]
-    args = [*FIXTURE_RUN, "--dtype", "float64", "--json"] if which == "fixture" else \
-        ["--prompt", "def add(a, b):", "--gen-length", "32", "--dtype", "float64", "--json"]
-    alone = one_process(model, *args)
-    ranks = torchrun(2, "--model", str(model), *args)
+def test_two_ranks_in_float64_decode_as_one_process(fixture_dir):
+    alone = one_process(fixture_dir, [1, 2, 3, 4, 5], gen_length=32, block_length=8)
+    ranks = torchrun(2, "--model", str(fixture_dir), *FIXTURE_RUN, "--dtype", "float64", "--json")
     assert ranks.returncode == 0, ranks.stderr
     lines = ranks.stdout.strip().splitlines()
     assert len(lines) == 1, "rank 0 prints the result, once"
-    split = json.loads(lines[0])
+    assert_same_run(json.loads(lines[0]), alone)
+
+
+REPLICA_RUNS = {  # 2.2's block routing needs whole 32-token blocks; max_post_steps 2 keeps the edits, fewer forwards
+    "2.1": {"gen_length": 16, "block_length": 16, "max_post_steps": 2},  # 31 decode forwards
+    "2.2": {"gen_length": 32, "block_length": 32, "max_post_steps": 2},  # 47: block routing, the Levenshtein rule
+}
+REPLICA_SCRIPT = """
+import json, sys, torch
+from llada.dist.group import Ranks
+from llada.pipeline import Pipeline
+
+ranks = Ranks.start(torch.device("cpu"))
+out = {}
+for version, model in json.loads(sys.argv[2]).items():
+    pipe = Pipeline.load(model, dtype=torch.float64, ranks=ranks)
+    settings = json.loads(sys.argv[3])[version]
+    out[version] = pipe.generate(pipe.encode("def add(a, b):"), pipe.config("S", **settings)).summary()
+ranks.stop()
+if ranks.lead:
+    json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_two_ranks_in_float64_decode_the_replicas_as_one_process(replicas, tmp_path):
+    """Both replicas in one 2-rank launch (a launch costs seconds of start-up), through the Python API."""
+    script, result = tmp_path / "replicas.py", tmp_path / "ranks.json"
+    script.write_text(REPLICA_SCRIPT)
+    run = launch(2, str(script), str(result), json.dumps({v: str(p) for v, p in replicas.items()}),
+                 json.dumps(REPLICA_RUNS))
+    assert run.returncode == 0, run.stderr
+    split = json.loads(result.read_text())
+    for version, settings in REPLICA_RUNS.items():
+        assert_same_run(split[version], one_process(replicas[version], "def add(a, b):", **settings))
+
+
+def assert_same_run(split: dict, alone: dict) -> None:
     assert split["output_ids"] == alone["output_ids"]
     assert split["block_states_before_each_forward"] == alone["block_states_before_each_forward"]
     assert split["num_decode_forwards"] == alone["num_decode_forwards"] > 1
+    assert split["edits"] == alone["edits"] > 0  # decisions that edit, not only drafts
 
 
 def test_a_world_size_that_does_not_divide_the_experts_is_one_error(fixture_dir):
@@ -138,9 +183,7 @@ json.dump(out, open(f"{sys.argv[1]}/rank{ranks.rank}.json", "w"))
 def test_ranks_agree_on_errors_and_take_rank_0s_decisions(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT)
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
-                         capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    run = launch(2, str(script), str(tmp_path))
     assert run.returncode == 0, run.stderr
     outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [o["agree"] for o in outs] == ["rank 1 failed: ValueError: only here"] * 2
@@ -173,9 +216,7 @@ def test_a_checkpoint_only_one_rank_cannot_read_stops_every_rank(fixture_dir, tm
     script.write_text("import os, sys\nfrom llada.__main__ import main\n"
                       f"model = {str(fixture_dir)!r} if os.environ['RANK'] == '0' else {str(broken)!r}\n"
                       f"sys.exit(main(['generate', '--model', model, *{FIXTURE_RUN!r}]))\n")
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(script)],
-                         capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    run = launch(2, str(script))
     assert run.returncode != 0
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, run.stderr  # rank 0, which loaded its slice, reports rank 1's error

@@ -14,9 +14,10 @@ must stream at least once); `layer_bytes` adds the bf16 router weight, x in and 
 median time, reported as a share of the measured device copy bandwidth (read + write of 2 GB).
 
 `--tune` measures the configurations of `llada.fast.kernels.configs.candidates` on the GEMMs at each M
-(tile heights: the default's and the next; each candidate first checked against the default
-configuration's output) and writes the winners, with every candidate's time, to
-`llada/fast/kernels/tuned/<gpu>.json`, which the kernels then use.
+(tile heights: the default's and the next; pipeline depths `--tune-stages`, 3 and 4 unless given;
+each candidate first checked against the default configuration's output) and writes the winners, with
+every candidate's time, to `llada/fast/kernels/tuned/<gpu>.json` (after each M, so a tune cut short
+keeps what it measured), which the kernels then use.
 
     python -m llada.bench kernels [--tokens 1 8 32 128 512] [--impl auto] [--weights fp8|bf16] [--tune] [--out PATH]
 
@@ -190,7 +191,8 @@ def fused_reference(x: torch.Tensor, layer: Layer, ids: torch.Tensor, weights: t
     return kernels.fused_moe_bf16(x, layer.fused[0], layer.fused[2], ids, weights, impl=impl)
 
 
-def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None, spec=None) -> dict:
+def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None, spec=None,
+                stages: tuple[int, ...] = configs.STAGES) -> dict:
     """Time every candidate configuration's GEMMs at M; returns the table row (winner + all times).
 
     A candidate that does not fit the device's shared memory (`configs.fits`) is skipped before it
@@ -208,7 +210,7 @@ def tune_tokens(M: int, layer: Layer, shape: dict, iters: int, limit: int | None
     run(launches)
     timed, skipped = [], []
     block_ms = tuple(sorted({default.block_m, min(64, 2 * default.block_m)}))  # taller tiles only pad more
-    for cfg in configs.candidates(block_ms)[:limit]:
+    for cfg in configs.candidates(block_ms, stages)[:limit]:
         reason = _try_candidate(cfg, x, layer, shape, expected, spec, iters, timed)
         if reason:
             skipped.append({"config": cfg.to_dict(), "reason": reason})
@@ -270,6 +272,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="small sizes (automatic without CUDA)")
     parser.add_argument("--tune", action="store_true", help="measure the candidate configurations, write the table")
     parser.add_argument("--tune-limit", type=int, default=None, help="only the first N candidates (smoke runs)")
+    parser.add_argument("--tune-stages", type=int, nargs="+", default=list(configs.STAGES),
+                        help="pipeline depths the tune tries (4 warps at each, 8 at the shallowest)")
     parser.add_argument("--tune-out", default=None,
                         help="tuned table path (default llada/fast/kernels/tuned/<gpu>.json)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -292,10 +296,11 @@ def main(argv: list[str]) -> int:
     info = device_info(device)
     layer = build(shape, device, dtype, impl, args.weights)
     if args.tune:
-        rows = [tune_tokens(M, layer, shape, iters, args.tune_limit, _spec(device)) for M in tokens]
         path = Path(args.tune_out or configs.TUNED_DIR / f"{configs.device_slug(info.get('gpu', 'cpu'))}.json")
-        write_tuned(path, shape, rows, info, "python -m llada.bench kernels " + " ".join(argv), layer.fp8)
-        print(f"[tune] wrote {path}", file=sys.stderr)
+        for M in tokens:  # the table written after each M: a tune cut short keeps what it measured
+            row = tune_tokens(M, layer, shape, iters, args.tune_limit, _spec(device), tuple(args.tune_stages))
+            write_tuned(path, shape, [row], info, "python -m llada.bench kernels " + " ".join(argv), layer.fp8)
+            print(f"[tune] M={M}: wrote {path}", file=sys.stderr)
     copy = copy_gb_per_s(device, (8 if smoke else 1024) << 20, iters)
     print(f"[kernels] {info.get('gpu', 'cpu')} impl={impl} shape={shape_name} copy {copy:.1f} GB/s", file=sys.stderr)
     rows = [add_bandwidth(bench_tokens(M, layer, shape, impl, iters), copy) for M in tokens]

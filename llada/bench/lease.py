@@ -16,12 +16,14 @@ DIR only ever holds at most eight files, each under 16 MiB (what a lease brings 
     lease.log            every part's output, appended as each part ends
     lease-parts.tar.gz   the rest, written at the end: each part's JSON and log, the tuned table
     tuned-<gpu>.json     the compact tune's table (`llada/fast/kernels/tuned/` format), when the tune ran
+                         (written after each M: a tune cut short brings back the Ms it finished)
     lease-model.tar.NN   the model the train part trained (`lease_train`), cut into chunks under 16 MiB:
                          `cat lease-model.tar.* | tar -x` gives its folder `train/`
 
 Plans: `engine` (the checks, the mini's forwards, the MoE layer, decode, a compact tune, the GPU tests),
-`train` (training alone) and `both` (the engine's parts on tighter caps, without the tune, with training
-after the bf16 forward).
+`train` (training alone), `both` (the engine's parts on tighter caps, without the tune, with training
+after the bf16 forward) and `next` (the second lease: self-check, the GPU tests, the tune at M = 32, 8, 1
+with pipelines up to 6 stages deep, the MoE layer launch by launch, then training for what is left).
 
 The parts' own files live in a scratch folder until the end. `--dry-run` runs the same parts on the CPU
 with tiny shapes and the Triton kernels under TRITON_INTERPRET=1: what CI checks.
@@ -74,9 +76,7 @@ class Part:
 
 def engine_parts(work: Path, dry_run: bool) -> list[Part]:
     """The engine plan, most telling first: checks, the mini forward, the MoE layer, decode, tune, tests."""
-    py, dry = [sys.executable, "-m"], ["--dry-run"] if dry_run else []
-    step = lambda name: py + ["llada.bench.lease_engine", name, str(work / f"{name}.json")] + dry  # noqa: E731
-    tune = ["--impl", "triton", "--tune-limit", "1"] if dry_run else ["--tune-limit", str(TUNE_CANDIDATES)]
+    py, step = [sys.executable, "-m"], lambda name: engine_step(work, dry_run, name)
     return [
         Part("self-check", "the fast engine's MoE layer against the reference, M = 1 and 32, bf16 and FP8",
              [step("self-check")], 120, out="self-check.json"),
@@ -88,12 +88,28 @@ def engine_parts(work: Path, dry_run: bool) -> list[Part]:
              out="moe.json"),
         Part("decode", "mini FP8 decoding 64 tokens: CUDA graphs against the dynamic forward", [step("decode")],
              120, out="decode.json"),
-        Part("tune", "compact tune of the grouped GEMMs at M = 1 and 32",
-             [py + ["llada.bench", "kernels", "--tune", "--tokens", "1", "32", *tune, "--tune-out",
-                    str(work / "tuned.json"), "--out", str(work / "tune-bench.json")]], 180, out="tuned.json"),
+        tune_part(work, dry_run, (1, 32), (3, 4), TUNE_CANDIDATES, 180),
         Part("tests", "the kernel, graph and pool tests compiled on this GPU, in parallel",
              test_commands(DRY_TESTS if dry_run else GPU_TESTS), 240, min_s=30),
     ]
+
+
+def engine_step(work: Path, dry_run: bool, name: str) -> list[str]:
+    """The command of one `lease_engine` step, its JSON in the scratch folder."""
+    return [sys.executable, "-m", "llada.bench.lease_engine", name, str(work / f"{name}.json")] + (
+        ["--dry-run"] if dry_run else [])
+
+
+def tune_part(work: Path, dry_run: bool, tokens: tuple[int, ...], stages: tuple[int, ...], limit: int,
+              cap_s: float) -> Part:
+    """The compact tune (`bench kernels --tune`) at `tokens`, pipeline depths `stages`, the first `limit`
+    candidates (the default tile height's); the table is written after each M, in the order given."""
+    tune = ["--impl", "triton", "--tune-limit", "1"] if dry_run else ["--tune-limit", str(limit)]
+    return Part("tune", f"compact tune of the grouped GEMMs at M = {', '.join(map(str, tokens))}, "
+                        f"{limit} candidates, stages {', '.join(map(str, stages))}",
+                [[sys.executable, "-m", "llada.bench", "kernels", "--tune", "--tokens", *map(str, tokens), *tune,
+                  "--tune-stages", *map(str, stages), "--tune-out", str(work / "tuned.json"),
+                  "--out", str(work / "tune-bench.json")]], cap_s, out="tuned.json")
 
 
 def test_commands(files: list[str]) -> list[list[str]]:
@@ -106,7 +122,7 @@ def test_commands(files: list[str]) -> list[list[str]]:
 
 
 def train_part(work: Path, dry_run: bool, cap_s: float = 240) -> Part:
-    return Part("train", "the Python-writing model trained on this GPU from the carried corpus (`lease_train`)",
+    return Part("train", "v4 (`--preset lease`) trained on this GPU from the carried corpus (`lease_train`)",
                 [[sys.executable, "-m", "llada.bench.lease_train", str(work / "train.json")]
                  + (["--dry-run"] if dry_run else [])], cap_s, min_s=100 if not dry_run else 10, out="train.json")
 
@@ -127,7 +143,23 @@ def both_plan(work: Path, dry_run: bool) -> list[Part]:
     return [train_part(work, dry_run, cap_s=230) if n == "train" else engine[n] for n in order]
 
 
-PLANS = {"engine": engine_parts, "train": train_plan, "both": both_plan}
+NEXT_CAPS = {"self-check": 45, "tests": 110, "tune": 170, "moe-launches": 60}  # seconds; training gets the rest
+NEXT_TUNE = ((32, 8, 1), (3, 4, 5, 6), 30)  # M (the headline first), depths, candidates: block_m 16's 30
+
+
+def next_plan(work: Path, dry_run: bool) -> list[Part]:
+    """The second lease: the fixes checked (self-check, the GPU tests), the tune at M = 32, 8, 1 with deeper
+    pipelines, the MoE layer launch by launch, then v4 (`--preset lease`) trained for what is left."""
+    engine = {p.name: p for p in engine_parts(work, dry_run)}
+    parts = [engine["self-check"], engine["tests"], tune_part(work, dry_run, *NEXT_TUNE, NEXT_CAPS["tune"]),
+             Part("moe-launches", "the FP8 MoE layer at M = 1, 8, 32 launch by launch: each alone and in order",
+                  [engine_step(work, dry_run, "moe-launches")], NEXT_CAPS["moe-launches"], out="moe-launches.json")]
+    for part in parts:
+        part.cap_s = NEXT_CAPS[part.name]
+    return parts + [train_part(work, dry_run, cap_s=480)]
+
+
+PLANS = {"engine": engine_parts, "train": train_plan, "both": both_plan, "next": next_plan}
 MODEL_DIR, MODEL_TAR = "train", "lease-model.tar"  # the trained model's folder in the scratch, its chunks' stem
 MODEL_SKIP = {"resume.pt", "rows.pt", "rows.json"}  # what the trained folder holds that need not come back
 

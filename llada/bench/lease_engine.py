@@ -9,6 +9,8 @@
                   graph, timed against the same forward eager and on the PyTorch reference, whose logits
                   the graph's are compared with (relative RMSE); -fp8 has its routed experts in FP8
     decode        the mini with FP8 experts decoding 64 tokens: CUDA graphs against the dynamic forward
+    moe-launches  the FP8 MoE layer at M = 1, 8, 32 launch by launch (router, sort, quantize, up GEMM,
+                  SiLU·mul, down GEMM, k-sum), each alone and in order with CUDA events (`lease_launches`)
     spread        how far the bf16 reference's logits are from its own fp32 run (`fp32_logits`) on mini-shaped
                   replicas (20 layers, top-8 of 8 groups) narrower than the mini: what the forward gate allows for
 
@@ -27,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode", "spread")
+STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode", "moe-launches", "spread")
 PAPER_TPS, PAPER_TPF = 1586.93, 12.32  # LLaDA2.1-mini, HumanEval+ peak (batch and hardware unstated)
 PAPER_FORWARD_MS = 1e3 * PAPER_TPF / PAPER_TPS  # 7.76 ms a forward at that TPF
 H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device copy reaches there (estimate)
@@ -265,6 +267,10 @@ def run_step(step: str, dry_run: bool) -> dict:
         return self_check_step(dry_run)
     if step == "spread":
         return spread_step(dry_run)
+    if step == "moe-launches":
+        from .lease_launches import launches_step
+
+        return launches_step(dry_run)
     if step.startswith("forward-"):
         return forward_step(dry_run, step.removeprefix("forward-"))
     return decode_step(dry_run)

@@ -36,9 +36,16 @@ class ShardedExperts(Experts):
         mine = expert_slice(num_experts, rank, world)
         super().__init__(len(mine), hidden, inner)
         self.first_expert, self.num_experts = mine.start, num_experts
+        self.send = None  # rank 0 serving the others (`llada.dist.serve.Lead`): sends each call first
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """x (T, H), ids (T, K) over all E experts, weights (T, K) -> (T, H): the sum over every rank's experts."""
+        if self.send is not None:
+            return self.send(x, ids, weights, lambda: self.summed(x, ids, weights))
+        return self.summed(x, ids, weights)
+
+    def summed(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """This rank's experts on x, then the all-reduce that sums every rank's: (T, H)."""
         local = ids - self.first_expert  # (T, K)
         mine = (local >= 0) & (local < self.w13.shape[0])
         token, k = mine.nonzero(as_tuple=True)  # (P,) each: this rank's pairs, in (token, k) order

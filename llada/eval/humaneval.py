@@ -2,6 +2,7 @@
 
     python -m llada.eval humaneval --model M [--plus] [--modes S Q] [--n N] [--json]
     python -m llada.eval humaneval --completions samples.jsonl [--json]      # score given samples
+    torchrun --nproc-per-node N -m llada.eval humaneval --model M ...        # the problems split across N ranks
 
 For each mode the model writes one greedy completion per problem through `Pipeline.generate` (the one
 decode loop, `eos_early_stop` on), prompted as EvalPlus prompts (`humaneval_prompt`: the chat template
@@ -17,7 +18,8 @@ failure kinds. Laid out as the report's rows ("score | TPF"):
 
 Per problem, `OUT/MODE.jsonl` (default OUT: runs/humaneval/MODEL) holds the prompt's length, the raw
 completion, the tested solution, the verdicts, the failure kind and detail, tokens, forwards, edits,
-decode and check seconds; `OUT/report.json` the report (`--json` prints it).
+decode and check seconds; `OUT/report.json` the report (`--json` prints it). Under torchrun each rank loads
+the whole model and runs its share of the problems (`llada.dist.share`); rank 0 writes the same files.
 """
 
 from __future__ import annotations
@@ -143,25 +145,38 @@ def format_table(report: dict) -> str:
             f"{report['gen_length']}, greedy, programs run with {where}\n\n" + "\n".join(lines))
 
 
-def evaluate(pipe, evaluator: Evaluator, problems: list[Problem], args) -> dict:
-    """Every mode on the same problems; the report (rows written to args.out as each mode ends)."""
+def evaluate(pipe, evaluator: Evaluator, problems: list[Problem], args, ranks=None) -> dict | None:
+    """Every mode on the same problems; the report (rows written to args.out as each mode ends).
+
+    ranks (torchrun, `llada.dist.share`): each rank decodes and checks its share of the problems, rank 0
+    gathers the rows in the problems' order and writes and returns the report one process would (its
+    decoding seconds the slowest rank's); the other ranks return None."""
     from tqdm import tqdm
 
+    from ..dist.share import gather, share, slowest
+
+    lead = ranks is None or ranks.lead
     out = Path(args.out or Path("runs") / "humaneval" / pipe.name)
-    out.mkdir(parents=True, exist_ok=True)
     pipe.generate(pipe.encode("def f(x):\n", chat=False), pipe.config(args.modes[0], gen_length=8))  # warm-up
-    bar = tqdm(total=len(args.modes) * len(problems), desc="humaneval", file=sys.stderr, disable=args.quiet)
+    mine = share(problems, ranks)
+    bar = tqdm(total=len(args.modes) * len(mine), desc="humaneval", file=sys.stderr, disable=args.quiet or not lead)
     report = {"model": pipe.name, "data": str(args.data), "n": len(problems), "gen_length": args.gen_length,
               "plus": args.plus, "isolated": evaluator.sandbox.isolated, "out": str(out), "modes": {}}
     for mode in args.modes:
         start = time.monotonic()
-        rows, decoding = run_mode(pipe, evaluator, problems, mode, args, bar)
+        rows, decoding = run_mode(pipe, evaluator, mine, mode, args, bar)
+        rows, decoding = gather(rows, ranks), slowest(decoding, ranks)
+        if not lead:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
         with open(out / f"{mode}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
         report["modes"][mode] = {**mode_summary(pipe.config(mode), rows, args.plus, decoding),
                                  "wall_seconds": round(time.monotonic() - start, 1)}
         bar.set_postfix(mode=mode, base=f"{report['modes'][mode]['humaneval']:.1f}")
     bar.close()
+    if not lead:
+        return None
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
 
@@ -175,7 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mini", action="store_true", help="HumanEval+ mini: fewer plus inputs")
     ap.add_argument("--data", help="an EvalPlus HumanEval+ .jsonl(.gz) file (default: assets/humanevalplus/)")
     ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), help="the model's modes (default: S Q)")
-    ap.add_argument("--n", type=int, default=None, help="the first N problems (default: all 164)")
+    ap.add_argument("--n", "--first", type=int, default=None, help="the first N problems (default: all 164; "
+                    "--first under torchrun, whose own options make --n ambiguous)")
     ap.add_argument("--gen-length", type=int, default=512, help="tokens per completion (cut to fit the model)")
     ap.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
                     help="chat prompt (auto: when the tokenizer has a chat template)")
@@ -227,8 +243,9 @@ def _score_line(name: str, s: dict) -> str:
     return f"{name}: {s['passed']}/{s['total']} ({100 * s['passed'] / max(s['total'], 1):.2f}%)"
 
 
-def run(args) -> dict:
-    """The report of a model, or the scores of a samples file (settings checked before the model loads)."""
+def run(args, ranks=None) -> dict | None:
+    """The report of a model, or the scores of a samples file (settings checked before the model loads);
+    under torchrun (`ranks`) the problems are split across the ranks and only rank 0 returns the report."""
     if args.completions:
         return score_completions(args)
     problems = load_problems(args.data)[:args.n]
@@ -238,29 +255,54 @@ def run(args) -> dict:
         raise HumanEvalError(f"unknown mode {unknown[0]!r}; this model has {', '.join(modes)}")
     import torch
 
+    from ..dist.share import share
     from ..pipeline import Pipeline
 
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    pipe = Pipeline.load(args.model, dtype=dtype, device=args.device, quantize=args.quantize)
-    if pipe.tokenizer is None:
-        raise HumanEvalError(f"{args.model}: the model has no tokenizer; HumanEval prompts are text")
-    evaluator = Evaluator(problems, Sandbox(args.isolate), args.data, args.cache, args.jobs)
-    return evaluate(pipe, evaluator, problems, args)
+    try:
+        pipe = Pipeline.load(args.model, dtype=dtype, device=args.device, quantize=args.quantize)  # the whole model
+        if pipe.tokenizer is None:
+            raise HumanEvalError(f"{args.model}: the model has no tokenizer; HumanEval prompts are text")
+        evaluator = Evaluator(share(problems, ranks), Sandbox(args.isolate), args.data, args.cache, args.jobs)
+    except (ValueError, RuntimeError) as err:
+        if ranks is not None:
+            ranks.agree(err)  # RankError on every rank: none goes on to decode while another waits
+        raise
+    if ranks is not None:
+        ranks.agree(None)  # every rank has its model and its problems' references; a later failure ends the
+        # rank's process, and torchrun ends the others
+    return evaluate(pipe, evaluator, problems, args, ranks)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    ranks = None if args.completions else _ranks(args.device)
     try:
-        report = run(args)
-    except (ValueError, RuntimeError) as err:  # HumanEvalError, PresetError, ConfigError; CheckpointError
-        print(f"error: {err}", file=sys.stderr)
+        report = run(args, ranks)
+    except (ValueError, RuntimeError) as err:  # HumanEvalError, PresetError, ConfigError; CheckpointError; RankError
+        if ranks is None or ranks.lead:
+            print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        if ranks is not None:
+            ranks.stop()
+    if report is None:  # a rank other than 0: rank 0 prints
+        return
     if args.json:
         print(json.dumps(report, indent=None if args.completions else 2))
     else:
         print(format_scores(report) if args.completions else format_table(report))
+
+
+def _ranks(device: str):
+    """The torchrun ranks splitting the problems (None for one process)."""
+    import torch
+
+    from ..dist.group import Ranks
+
+    return Ranks.start(torch.device(device))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python -m llada.eval.sweep --model assets/model --n 10                # a readable table
     python -m llada.eval.sweep --model assets/model --n 10 --csv          # or --json; progress on stderr
+    torchrun --nproc-per-node N -m llada.eval.sweep --per-task 10 ...     # the cells split across N ranks
 
 The LLaDA2.1 paper reports each decoding setting as a pair (score, TPF) (its Tables 1 and 4). A sweep
 measures that pair for every cell of a grid (`llada.eval.sweep_grid`) on the checkable tasks
@@ -101,9 +102,11 @@ def engine_of(pipe) -> str:
 
 
 def sweep(pipe, spec: SweepSpec, cache=None, budget: Budget = DECODE_BUDGET,
-          max_seconds: float | None = None, max_decodes: int = MAX_DECODES) -> Iterator[Progress]:
-    """Measure every cell of `spec` on `pipe`, yielding `Progress`; the last update says done or stopped."""
-    cells = spec.cells(pipe.presets)
+          max_seconds: float | None = None, max_decodes: int = MAX_DECODES,
+          cells: list[Cell] | None = None) -> Iterator[Progress]:
+    """Measure every cell of `spec` on `pipe` (or only `cells` of them: a rank's share), yielding `Progress`;
+    the last update says done or stopped."""
+    cells = spec.cells(pipe.presets) if cells is None else cells
     items = spec.items()
     per_cell = sum(map(len, items.values()))
     total = len(cells) * per_cell
@@ -266,7 +269,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Sweep
     ap.add_argument("--mbe", default="off,on", help="MBE series: off, on or off,on")
     ap.add_argument("--presets", default=",".join(PRESETS), help="the model's presets to mark ('' for none)")
     ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASK_SETS)}")
-    ap.add_argument("--n", type=int, default=10, help="items per task (humaneval+: its first n problems)")
+    ap.add_argument("--n", "--per-task", type=int, default=10, help="items per task (humaneval+: its first n "
+                    "problems; --per-task under torchrun, whose own options make --n ambiguous)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", choices=("eval", "train"), default="eval")
     ap.add_argument("--block-length", type=int, default=None, help="the grid's block length (default: S's)")
@@ -292,30 +296,40 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Sweep
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The sweep's table, CSV or JSON. Under torchrun each rank measures every W-th cell (`llada.dist.share`)
+    and rank 0 prints the points of all of them, in the grid's order, as one process would."""
     import torch
     from tqdm import tqdm
 
+    from ..dist.group import Ranks
+    from ..dist.share import gather, share
     from ..fast.heap import keep_freed_memory
     from ..pipeline import Pipeline
 
     args, spec = parse_args(argv)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
+    ranks = Ranks.start(torch.device("cpu"))  # None for one process
+    lead = ranks is None or ranks.lead
     pipe = Pipeline.load(args.model)
     cache = None if args.no_cache else SweepCache(args.cache_dir)
-    bar = tqdm(desc="sweep", unit="decode", file=sys.stderr)
+    bar = tqdm(desc="sweep", unit="decode", file=sys.stderr, disable=not lead)
     try:
-        for progress in sweep(pipe, spec, cache):
+        for progress in sweep(pipe, spec, cache, cells=share(spec.cells(pipe.presets), ranks)):
             bar.total = progress.total
             bar.update(progress.done - bar.n)
             if progress.point is not None:
                 bar.set_postfix_str(f"{progress.point.cell.key} acc {progress.point.accuracy:.2f} "
                                     f"TPF {progress.point.tpf:.2f}")
-    except ValueError as err:
-        sys.exit(f"error: {err}")
+    except ValueError as err:  # the same settings on every rank: every rank stops here, before any collective
+        sys.exit(f"error: {err}" if lead else 2)
     bar.close()
-    points = list(progress.points)
-    print(f"sweep of {pipe.name}: {len(points)} points ({progress.cached} from the cache) in "
+    points, cached = gather(list(progress.points), ranks), gather([progress.cached], ranks)
+    if ranks is not None:
+        ranks.stop()
+    if not lead:
+        return
+    print(f"sweep of {pipe.name}: {len(points)} points ({sum(cached)} from the cache) in "
           f"{progress.seconds:.1f} s", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(pipe, spec, points), indent=2))

@@ -11,11 +11,31 @@ Each preset is a set of TrainConfig values plus the decoding presets the trained
            vocabulary, rows of 128 tokens with packed functions, checkpoints every 5 minutes, `--resume`.
            One thread: with the cores shared by ~10 runnable jobs, two OpenMP threads ran a step in ~40 s
            against ~3 s for one thread (the same model and batch, minutes apart)
+    lease  v4, the embedded default a GPU lease trains (`llada.bench.lease_train`): 5.8 M parameters
+           (3.7 M active), bf16 shards of 11.6 MB, a 4,096-token vocabulary, 40% of the steps on tasks
 
 Sizing (`plan`): parameters are counted from the config (total, and active = what one token
 touches: every dense weight, the shared expert and top_k of the routed experts), and a training step
 costs 3x its forward FLOPs (backward = 2x forward), where the forward runs 2L positions per row (clean
 and noisy copies), the LM head only on the noisy L, and attention on the full 2L x 2L layout.
+
+Sizing of `lease` (v4). The first lease trained `code` at 6 layers and 16 experts (14.1 M parameters,
+28 MB of shards) for 310 s on an H200, eagerly: 70.5 M tokens at 227,900 tokens/s. It wrote far better
+Python than assets/model but lost the task track (82.5% against 98%, addition 30%: 20% of its steps
+were task steps), decoded under 60 tokens/s in S on the shared 2-core CPU, and was too large to ship
+(the tree travels with ~27 MB of data within 64 MiB). So v4 halves the vocabulary (embeddings and LM
+head: 2.1 M parameters instead of 4.2 M), keeps hidden 256, has 4 layers instead of 6 (per-layer work
+dominates a CPU decode at this size) and experts half as wide (64): 5.80 M parameters, 3.73 M active.
+A pilot here (random weights, one cached forward of a 32-token block over 96 tokens, 2 threads, the three
+shapes interleaved, the three quietest rounds at load average ~5.8): assets/model 12.5-14.0 ms, v3 31-32
+ms, v4 11.9-19.0 ms. v3 reached 25-57 tokens/s in S at gen 128 under such load (TPF 2.4), so v4, at about
+half v3's forward time, should pass 60 if it drafts as many tokens per forward: an estimate until it is
+trained and measured (`python -m llada.bench stream`).
+Task steps are 40% (`code_share` 0.6, what the shipped model's fourth stage kept its 98% with), addition
+weighted 4 of 8. Its GPU rate is an estimate, not a measurement: at these widths a step is bound by
+kernel launches, which scale with the layers (6 -> 4), so ~1.5x the first lease's rate, ~340,000
+tokens/s eager; torch.compile (on for CUDA; the trainer continues eagerly if compiling fails) should
+add to that after its first minute. About 4 minutes of training in the `next` lease plan: ~80 M tokens.
 
 Time budget of `code` on one H100 (an estimate: no GPU was at hand when it was sized). Training is
 bounded at 11 minutes by the clock. A code step (128 x 256 tokens) is 2.85 TFLOP; at an assumed 60
@@ -55,6 +75,7 @@ class TrainingPreset:
     knows: str = ""  # one line on what the trained model can do (model_info.json, shown by the playground)
 
 
+LEASE_TASK_WEIGHTS = "add=4,sort=2,reverse=1,rename=1"  # addition is the task the first lease's model lost
 CODE_KNOWS = ("Writes short Python function bodies from a signature and docstring, and solves four tasks: "
               "addition (317+985=), sorting digits (sort 73914=), reversing words (reverse red fox sun:) "
               "and repeating a made-up name (def square(kelto):).")
@@ -85,6 +106,15 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
              code_length=256, code_batch=128, task_batch=512, code_share=0.8, window_share=0.5,
              multi_turn=0.25, code_multi_turn=0.2, lr=3e-3, warmup=300, checkpoint_minutes=4.0,
              eval_n=50, code_n=48),
+        OFFICIAL_DECODING, CODE_KNOWS),
+    "lease": TrainingPreset(
+        "v4, the embedded default a GPU lease trains: 5.8 M parameters, 2 task steps in 5 (bf16, torch.compile)",
+        dict(out="runs/lease", minutes=4.0, device="auto", sources=("stdlib", "site-packages"),
+             bpe_chars=40_000_000, vocab_size=4096, hidden=256, layers=4, heads=8, kv_heads=4, experts=16,
+             top_k=2, groups=4, topk_group=2, expert_width=64, dense_width=512, block_lengths=(32, 32, 32, 64),
+             code_length=256, code_batch=128, task_batch=512, code_share=0.6, window_share=0.5,
+             task_weights=LEASE_TASK_WEIGHTS, multi_turn=0.25, code_multi_turn=0.2, lr=3e-3, warmup=300,
+             checkpoint_minutes=0.0, eval_n=50, code_n=48),
         OFFICIAL_DECODING, CODE_KNOWS),
     "cpu": TrainingPreset(
         "the Python-writing model sized for a 2-core CPU: resumable, checkpoints every 5 minutes",

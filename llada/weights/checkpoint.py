@@ -228,6 +228,9 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
     if quantize == "auto":
         quantize = stored or memory.auto_quantize(cfg, device, dtype)
     quantize = quantize or stored
+    if ranks is not None and quantize:
+        raise CheckpointError(f"{root}: this directory holds {quantize} weights; expert parallel loading reads "
+                              "plain weights, quantized ones across ranks are not supported yet")
     if quantize == "int8" and device.type != "cpu":
         raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
                               "load bf16, or fp8 on a GPU with FP8")

@@ -46,20 +46,18 @@ def default_dtype(cfg: ModelConfig, device: str | torch.device, quantize: str | 
 def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = None, world: int = 1) -> int:
     """Bytes of the loaded weights: routed experts in fp8 (1 byte + tile scales) with "fp8" / "fp8-dense",
     every quantized matrix in int8 (1 byte + a bf16 scale per row) with "int8". world > 1: one rank's bytes
-    when the routed experts are split across `world` ranks (`llada.dist.experts`, plain weights)."""
+    when the routed experts are split across `world` ranks (`llada.dist.experts`; the rest is replicated)."""
     parts = cfg.parameter_counts()
     size = dtype.itemsize
-    total = sum(parts.values()) * size
-    if world > 1:
-        return total - parts["routed_experts"] * size // world * (world - 1)
     if quantize == "int8":
+        if world > 1:
+            raise ValueError("int8 weights are sized for one process; across ranks size plain or fp8 experts")
         weights, rows = int8_rows(cfg)
-        return total - weights * (size - 1) + rows * 2
-    if quantize:
-        experts = parts["routed_experts"]
-        total -= experts * (size - 1)
-        total += experts // (FP8_TILE * FP8_TILE) * 4 + 4 * cfg.num_experts  # fp32 scales, rounded up per expert
-    return total
+        return sum(parts.values()) * size - weights * (size - 1) + rows * 2
+    experts = parts["routed_experts"] * size
+    if quantize:  # fp8: one byte a weight, fp32 scales rounded up per expert
+        experts = parts["routed_experts"] + parts["routed_experts"] // (FP8_TILE * FP8_TILE) * 4 + 4 * cfg.num_experts
+    return (sum(parts.values()) - parts["routed_experts"]) * size + experts // world
 
 
 def auto_quantize(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype | None = None,

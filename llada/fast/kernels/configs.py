@@ -90,17 +90,24 @@ def default_config(tokens: int, top_k: int, experts: int, inner: int, hidden: in
                      down_n=n, down_warps=warps, down_stages=stages)
 
 
-def candidates(block_ms: tuple[int, ...] = (16, 32, 64)) -> list[MoEConfig]:
-    """The configurations `--tune` measures: each block_m with swap where wgmma allows both."""
+STAGES = (3, 4)  # the pipeline depths `--tune` tries by default (`--tune-stages` goes deeper)
+
+
+def candidates(block_ms: tuple[int, ...] = (16, 32, 64), stages: tuple[int, ...] = STAGES) -> list[MoEConfig]:
+    """The configurations `--tune` measures: each block_m with swap where wgmma allows both; 4 warps at every
+    depth in `stages`, 8 warps at the shallowest (deeper ones that do not fit a device are skipped by `fits`)."""
+    if not stages or min(stages) < 2:
+        raise ValueError(f"stages must be depths of at least 2, got {stages}")
+    shapes = [(4, s) for s in sorted(set(stages))] + [(8, min(stages))]
     out = []
     for block_m in block_ms:
         for swap in ((True,) if block_m < 64 else (True, False)):
             for up_n in (64, 128):
                 for split in (1, 2, 4):
-                    for warps, stages in ((4, 3), (4, 4), (8, 3)):
+                    for warps, stages_ in shapes:
                         out.append(MoEConfig(block_m=block_m, swap_ab=swap, up_n=up_n, up_split_k=split,
-                                             up_warps=warps, up_stages=stages, down_n=up_n,
-                                             down_warps=warps, down_stages=stages))
+                                             up_warps=warps, up_stages=stages_, down_n=up_n,
+                                             down_warps=warps, down_stages=stages_))
     return out
 
 
