@@ -2,8 +2,9 @@
 threads at once, give one process's outputs.
 
 One 2-rank launch on the reference fixture in float64 (exact, as in tests/test_dist.py): rank 0 decodes two
-prompts in two threads at once (their forwards interleave layer by layer through the lock, and with pings every 10 ms, the
-idle server's keep-alive) while rank 1 only serves; the outputs and block states are compared with one process's in this process.
+prompts in two threads at once (their forwards interleave layer by layer through the lock, and with pings
+every 10 ms, the idle server's keep-alive) while rank 1 only serves; the outputs and block states are
+compared with one process's in this process.
 """
 
 from __future__ import annotations
