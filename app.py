@@ -5,6 +5,8 @@
     python app.py --model inclusionAI/LLaDA2.1-mini   # a hub repo: downloaded into the hub cache first
                                            # (on a CPU it is offered in int8 where only int8 fits)
     LLADA_MODELS=DIR:DIR2 python app.py    # the same through the environment
+    torchrun --nproc-per-node N app.py [--model DIR]   # one model split across N ranks: rank 0 serves the
+                                           # page, the others their experts (ui/group.py)
 
 On a ZeroGPU Space every offered model is loaded here, at start, in the main process, and moved to
 `cuda` (ZeroGPU's pattern; see ui/models.py); elsewhere the default model loads in the background.
@@ -24,6 +26,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 
 from ui.demo import LOOK, build_demo  # noqa: E402
+from ui.group import in_group, serve_group  # noqa: E402
 from ui.models import Models, cli_models, model_dirs  # noqa: E402
 from ui.sessions import queue  # noqa: E402
 
@@ -38,8 +41,8 @@ def offered(cli: list[str] | None = None) -> Models:
     return models
 
 
-models = offered()
-demo = build_demo(models)
+models = None if in_group() else offered()  # a group's ranks load their one model together (ui/group.py)
+demo = None if models is None else build_demo(models)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,10 +59,16 @@ def main(argv: list[str] | None = None) -> None:
     except CheckpointError as err:  # no network, a refused download, ...
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if in_group():  # under torchrun: rank 0 serves the page, the other ranks their experts
+        sys.exit(serve_group(cli, lambda held: serve(held, build_demo(held), args)))
     chosen, app = (offered(cli), None) if cli else (models, demo)
-    app = app or build_demo(chosen)
     if chosen.rt.kind != "zerogpu":
         chosen.warm()  # load the default model in the background: the first run then starts at once
+    serve(chosen, app or build_demo(chosen), args)
+
+
+def serve(chosen: Models, app, args) -> None:
+    """Print the model notes, then serve `app` until the server closes."""
     for line in chosen.note().splitlines():
         print(f"[app] {line}", flush=True)
     queue(app, **QUEUE).launch(server_name=args.host, server_port=args.port, **LOOK)

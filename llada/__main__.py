@@ -270,7 +270,7 @@ def _ranks(args):
 
 def _generate(args, ranks) -> list[dict] | None:
     """The results, or None after printing the error (rank 0 prints it; every rank agrees there was one)."""
-    from .dist.group import RankError
+    from .dist.group import RankError, lost_rank
     from .weights.checkpoint import CheckpointError
 
     error = None
@@ -280,6 +280,11 @@ def _generate(args, ranks) -> list[dict] | None:
             out = run_generate(args, ranks)
         except (CheckpointError, ValueError, FloatingPointError, RankError) as err:  # FloatingPointError: NonFinite
             error = err
+        except RuntimeError as err:  # a collective whose peer is gone: no rank is left to agree with
+            if ranks is None or lost_rank(err) is None:
+                raise
+            print(f"error: {lost_rank(err)}", file=sys.stderr, flush=True)
+            return None
     if ranks is not None:
         try:
             ranks.agree(error)  # every rank learns whether any rank failed

@@ -2,8 +2,9 @@
 threads at once, give one process's outputs.
 
 One 2-rank launch on the reference fixture in float64 (exact, as in tests/test_dist.py): rank 0 decodes two
-prompts in two threads at once (their forwards interleave layer by layer through the lock) while rank 1 only
-serves; the outputs and block states are compared with one process's in this process.
+prompts in two threads at once (their forwards interleave layer by layer through the lock, and with pings
+every 10 ms, the idle server's keep-alive) while rank 1 only serves; the outputs and block states are
+compared with one process's in this process.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ PROMPTS = ([1, 2, 3, 4, 5], [7, 9, 11])
 SETTINGS = {"gen_length": 16, "block_length": 8}
 
 SCRIPT = """
-import json, sys, threading, torch
+import json, sys, threading, time, torch
 from llada.dist.group import Ranks
 from llada.dist.serve import Lead, serve_experts
 from llada.pipeline import Pipeline
@@ -41,7 +42,8 @@ if ranks.lead:
     out = [None] * len(prompts)
     def run(i):
         out[i] = pipe.generate(prompts[i], pipe.config("S", **settings)).summary()
-    with Lead(pipe.model, ranks):
+    with Lead(pipe.model, ranks, ping_every=0.01):
+        time.sleep(0.1)  # idle: pings only
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
         [t.start() for t in threads]
         [t.join() for t in threads]
@@ -69,7 +71,8 @@ def test_rank_0_decodes_alone_while_rank_1_serves_its_experts(fixture_dir, tmp_p
         assert got["block_states_before_each_forward"] == alone["block_states_before_each_forward"]
     moe_layers = sum(1 for layer in pipe.model.layers if hasattr(layer.mlp, "experts"))
     forwards = sum(s["num_decode_forwards"] + s["num_cache_forwards"] for s in split)
-    assert json.loads(Path(f"{result}.served").read_text()) == moe_layers * forwards  # every layer call, once
+    assert json.loads(Path(f"{result}.served").read_text()) == moe_layers * forwards  # every layer call, once (pings
+    # are not calls)
 
 
 def test_only_rank_0_leads_and_only_a_split_model_serves(fixture_dir):
@@ -81,3 +84,5 @@ def test_only_rank_0_leads_and_only_a_split_model_serves(fixture_dir):
         serve_experts(whole, Ranks(0, 2))
     with pytest.raises(ValueError, match="not split across ranks: load it with ranks="):
         Lead(whole, Ranks(0, 2))
+    with pytest.raises(ValueError, match="ping_every must be a positive number of seconds"):
+        Lead(whole, Ranks(0, 2), ping_every=0)

@@ -132,8 +132,9 @@ def hub_snapshots(repos: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered | Withheld:
-    """Offered when config.json and presets.json are valid and the weights fit `room`; else why not."""
+def check_model(name: str, path: str, rt: Runtime, room: int | None, world: int = 1) -> Offered | Withheld:
+    """Offered when config.json and presets.json are valid and the weights fit `room` (one rank's of `world`,
+    experts split across ranks: `ui.group`); else why not."""
     from llada.weights import memory
     from llada.weights.checkpoint import CheckpointError, read_config
     from llada.weights.fp8_format import stored_fp8
@@ -150,23 +151,28 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None) -> Offered 
         return Withheld(name or root.name, path, str(err))
     name = name or str(raw.get("name") or root.name)
     dtype = memory.default_dtype(cfg, rt.device, stored)
-    quantize, why = _sized(cfg, dtype, rt, room, stored)
+    quantize, why = _sized(cfg, dtype, rt, room, stored, world)
     dtype = memory.default_dtype(cfg, rt.device, quantize)
     if rt.kind == "zerogpu" and not why:  # the weights are read into host memory first
         why = memory.does_not_fit(cfg, dtype, "cpu", quantize)
     if why:
         return Withheld(name, path, f"not offered on this {rt.kind.upper()} machine: {why}")
     params = sum(cfg.parameter_counts().values())
-    size = memory.weight_bytes(cfg, dtype, quantize) / 2**30
+    size = memory.weight_bytes(cfg, dtype, quantize, world) / 2**30
     held = {"fp8": " with FP8 experts", "int8": " with int8 weights"}.get(quantize, "")
     kind = str(dtype).removeprefix("torch.") + held + (" (quantized at load)" if quantize and not stored else "")
-    return Offered(name, path, dtype, f"{kind}, {params / 1e9:.2f} B parameters, {size:.2f} GiB", quantize)
+    per_rank = f" per rank of {world}" if world > 1 else ""
+    return Offered(name, path, dtype, f"{kind}, {params / 1e9:.2f} B parameters, {size:.2f} GiB{per_rank}", quantize)
 
 
-def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: str | None) -> tuple[str | None, str | None]:
+def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: str | None,
+           world: int = 1) -> tuple[str | None, str | None]:
     """(quantize, why not): as saved; FP8 experts on an FP8 GPU or int8 on the CPU where only they fit; why it
-    cannot load."""
+    cannot load. Across ranks (`world` > 1) as saved only: the loader splits no quantized experts."""
     from llada.weights import memory
+
+    if world > 1:
+        return stored, memory.does_not_fit(cfg, dtype, rt.device, stored, room=room, world=world)
 
     if stored == "fp8" and rt.kind != "cpu" and not rt.fp8:
         return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
@@ -192,6 +198,7 @@ class Models:
 
     candidates: list = field(default_factory=list)  # paths, or (name, path) pairs
     rt: Runtime | None = None
+    world: int = 1  # ranks the routed experts are split across (`torchrun ... app.py`, ui/group.py)
 
     def __post_init__(self) -> None:
         self.rt = self.rt or runtime()
@@ -201,7 +208,7 @@ class Models:
         room = self.rt.room if self.rt.room is not None else _room(self.rt.device)
         for c in self.candidates:
             name, path = c if isinstance(c, tuple) else ("", str(c))
-            checked = check_model(name, path, self.rt, room)
+            checked = check_model(name, path, self.rt, room, self.world)
             checked = replace(checked, name=_unique(checked.name, self.offered + self.withheld))
             (self.offered if isinstance(checked, Offered) else self.withheld).append(checked)
             if isinstance(checked, Offered) and room is not None:
@@ -223,8 +230,19 @@ class Models:
         return [m.name for m in self.offered]
 
     def note(self) -> str:
-        """One line per withheld model and why (empty when every candidate is offered)."""
-        return "\n".join(f"{m.name}: {m.reason}" for m in self.withheld)
+        """One line per withheld model and why (empty when every candidate is offered); on a group, first what
+        it serves."""
+        group = [f"{m.name}: split across {self.world} ranks (torchrun), the one model this group serves"
+                 for m in self.offered if self.world > 1]
+        return "\n".join(group + [f"{m.name}: {m.reason}" for m in self.withheld])
+
+    def hold(self, pipe) -> None:
+        """Keep `pipe`, loaded elsewhere (a group's ranks load together, `ui.group`), as its offered model's."""
+        model = next((m for m in self.offered if m.name == pipe.name), None)
+        if model is None:
+            raise ValueError(f"model {pipe.name!r} is not offered here; offered: {', '.join(self.names()) or 'none'}")
+        with self._lock:
+            self._loaded[model.path] = pipe
 
     def checked_path(self, path) -> str | None:
         """`path` when it is an offered model's path (None or empty: None, the default); ValueError otherwise."""

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from .timing import figure  # noqa: F401  (the parts' figures; lease and lease_train read it here too)
+
 STEPS = ("self-check", "forward-bf16", "forward-fp8", "decode", "moe-launches", "spread")
 PAPER_TPS, PAPER_TPF = 1586.93, 12.32  # LLaDA2.1-mini, HumanEval+ peak (batch and hardware unstated)
 PAPER_FORWARD_MS = 1e3 * PAPER_TPF / PAPER_TPS  # 7.76 ms a forward at that TPF
@@ -40,10 +42,6 @@ H200_FORWARD_MS, H200_COPY_GB_S = 3.9, 4000.0  # the target, and what a device c
 # gave 0.0055 and 0.011. Gate: fast vs fp32 <= SPREAD x (bf16 reference vs fp32) + SPREAD_EPS.
 SPREAD, SPREAD_EPS = 2.0, 1e-2
 SPREAD_GRID = ((2, 1024, 64), (20, 256, 256), (20, 512, 64), (20, 1024, 64), (20, 2048, 16))  # layers, hidden, E
-
-
-def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
-    return {"figure": name, "measured": measured, "target": target, "paper": paper, "ok": ok}
 
 
 def _setup(dry_run: bool):

@@ -115,7 +115,7 @@ def launches_step(dry_run: bool) -> dict:
 
 
 def _figures(row: dict, dry_run: bool) -> list[dict]:
-    from .lease_engine import figure
+    from .timing import figure
 
     label = "smoke" if dry_run else "mini"
     parts = lambda key: " / ".join(f"{r['part']} {r[key]:.1f}" for r in row["launches"])  # noqa: E731

@@ -111,3 +111,8 @@ def _driver_version() -> str | None:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
+    """One measured number beside what it should be and what the paper gives (a lease summary's `figures`)."""
+    return {"figure": name, "measured": measured, "target": target, "paper": paper, "ok": ok}

@@ -34,6 +34,19 @@ class RankError(RuntimeError):
     """A distributed run that cannot go on: the message names the rank(s) that failed and why."""
 
 
+LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
+
+
+def lost_rank(err: BaseException) -> RankError | None:
+    """A collective's error that says a peer is gone (a rank died mid-run), as a RankError; else None. The
+    transports do not say which rank: torchrun's summary names it (its "Root Cause"), as it ends the others."""
+    text = str(err)
+    if not (isinstance(err, dist.DistError) or any(words in text for words in LOST)):
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return RankError(f"a rank left the group mid-run (torchrun names it as it ends the others): {first}")
+
+
 @dataclass(frozen=True)
 class Ranks:
     """This process's place in the group: `rank` of `world` (rank 0 decides and prints)."""
