@@ -196,12 +196,13 @@ class Visitor:
             self.call(session, compare, page.data(compare, prompt=prompt, gen_length=32))
         self.requests += 1
         api = self.client.post(f"{page.url}/gradio_api/call/generate", timeout=60,
-                               json={"data": [prompt, "S", None, None, False, None, 32, ""]})
+                               json={"data": [prompt, "S", None, None, False, None, 32, "", None]})
         if api.status_code == 200:
             event = api.json()["event_id"]
             with self.client.stream("GET", f"{page.url}/gradio_api/call/generate/{event}") as stream:
-                for _ in stream.iter_lines():
-                    pass
+                refused = [line for line in stream.iter_lines() if line.startswith("event: error")]
+            if refused:  # the call was answered with an error event (a wrong input count, say)
+                self.fail("/generate: answered with an error event")
         else:
             self.fail(f"/generate: {api.status_code}")
         if not beat.close():  # the tab closes: its heartbeat connection drops at once
