@@ -13,24 +13,12 @@ moved tokens (prompt, answer, inserts, deletes) for choosing the playground's ex
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from .timing import device_info
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20)
-        return out.stdout.strip()
-    except OSError:
-        return ""
+from .timing import cpu_report, emit
 
 
 def measure(pipe, modes: list[str], tasks: list[str], n: int, seed: int, gen_length: int) -> dict:
@@ -93,12 +81,6 @@ def main(argv: list[str]) -> int:
         return 2
     t0 = time.perf_counter()
     results = measure(pipe, args.modes.split(","), args.tasks.split(","), args.n, args.seed, args.gen_length)
-    report = {"command": "python -m llada.bench indel " + " ".join(argv), "commit": _commit(),
-              "machine": device_info(torch.device("cpu")) | {"threads": args.threads},
-              "load_average": list(os.getloadavg()), "seconds": round(time.perf_counter() - t0, 1),
-              "model": args.model, "n": args.n, "seed": args.seed, "results": results}
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(cpu_report("indel", argv, t0, args.threads, model=args.model, n=args.n, seed=args.seed,
+                    results=results), args.out)
     return 0

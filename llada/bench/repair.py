@@ -24,19 +24,15 @@ one.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from ..records import Poke
-from .timing import device_info
+from .timing import cpu_report, emit
 
 # name -> (mode, settings over the mode's preset): the finished-answer trials
 SETTINGS = {"Q": ("Q", {}), "S": ("S", {}), "S (official)": ("S_OFFICIAL", {}),
@@ -198,14 +194,6 @@ def measure(pipe, n: int, seed: int, tasks: list[str], gen_length: int, block: i
                                                                              "mode": MBE_MODE, "mbe_window": 1}}
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20)
-        return out.stdout.strip()
-    except OSError:
-        return ""
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m llada.bench repair", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="assets/model")
@@ -230,12 +218,6 @@ def main(argv: list[str]) -> int:
         return 2
     t0 = time.perf_counter()
     results = measure(pipe, args.n, args.seed, args.tasks.split(","), args.gen_length, args.mbe_block)
-    report = {"command": "python -m llada.bench repair " + " ".join(argv), "commit": _commit(),
-              "machine": device_info(torch.device("cpu")) | {"threads": args.threads},
-              "load_average": list(os.getloadavg()), "seconds": round(time.perf_counter() - t0, 1),
-              "model": args.model, "n": args.n, "seed": args.seed, "results": results}
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(cpu_report("repair", argv, t0, args.threads, model=args.model, n=args.n, seed=args.seed,
+                    results=results), args.out)
     return 0

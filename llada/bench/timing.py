@@ -14,6 +14,7 @@ Every benchmark's `main` opens with `start(threads)` (torch's thread count, the 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -116,3 +117,27 @@ def _driver_version() -> str | None:
 def figure(name: str, measured, target: str, paper: str = "-", ok: bool | None = None) -> dict:
     """One measured number beside what it should be and what the paper gives (a lease summary's `figures`)."""
     return {"figure": name, "measured": measured, "target": target, "paper": paper, "ok": ok}
+
+
+def short_commit() -> str:
+    """This checkout's short commit ("" outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20)
+        return out.stdout.strip()
+    except OSError:
+        return ""
+
+
+def cpu_report(bench: str, argv: list[str], began: float, threads: int, **fields) -> dict:
+    """A CPU benchmark's JSON head (its command, commit, machine, load average, seconds since `began`) + fields."""
+    return {"command": f"python -m llada.bench {bench} " + " ".join(argv), "commit": short_commit(),
+            "machine": device_info(torch.device("cpu")) | {"threads": threads},
+            "load_average": list(os.getloadavg()), "seconds": round(time.perf_counter() - began, 1)} | fields
+
+
+def emit(report: dict, out: str | None) -> None:
+    """Print a report as JSON, and write it to `out` when given."""
+    text = json.dumps(report, indent=2)
+    if out:
+        Path(out).write_text(text + "\n")
+    print(text)
