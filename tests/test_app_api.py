@@ -13,10 +13,15 @@ GEN = ("Q", 0.7, 0.5, False, 8, 16)  # mode, tau_mask, tau_edit, mbe, block_leng
 
 
 @pytest.fixture(scope="module")
-def client(tiny_model_dir):
+def app(tiny_model_dir):
     demo, url = launch_app(tiny_model_dir)
-    yield api_client(url)
+    yield demo, url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    return api_client(app[1])
 
 
 def test_endpoints_follow_the_contract(client):
@@ -158,3 +163,15 @@ def test_generate_applies_pokes_and_lists_them_as_the_cli_does(client, tiny_mode
 def test_generate_refuses_every_bad_poke(client, pokes, message):
     with pytest.raises(Exception, match=message):
         client.predict(PROMPT, *GEN, "", pokes, api_name="/generate")
+
+
+def test_refused_calls_leave_no_sessions_behind(app):
+    from ui.sessions import ONE_SHOTS
+
+    demo, url = app
+    before = set(demo.state_holder.session_data)
+    for _ in range(ONE_SHOTS.keep + 4):  # malformed plain calls, refused before their handler runs
+        assert _raw_call(url, "generate", [PROMPT, "S"])[0] == "error"
+    _raw_call(url, "generate", [PROMPT, *GEN, "", None])  # one served call: the finished refused ones go
+    left = set(demo.state_holder.session_data) - before
+    assert len(left) <= ONE_SHOTS.keep + 1, f"{len(left)} sessions of {ONE_SHOTS.keep + 5} plain calls still held"

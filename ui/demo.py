@@ -19,7 +19,7 @@ from .explorer import view as explorer
 from .learn import lessons, view as learn
 from .models import Models
 from .playground import view as playground_view, wire as playground
-from .sessions import drop_session, keep_replacements_in_place
+from .sessions import drop_session, forget_refused_one_shots, keep_replacements_in_place
 
 # launch(**LOOK): Gradio 6 dresses the page at launch; the page has no upload component, so Gradio's upload route
 # takes nothing bigger than a few KB; Gradio keeps a copy of the page's values per session (about 0.25 MiB):
@@ -64,5 +64,6 @@ def build_demo(models: Models, recordings: dict | None = None) -> gr.Blocks:
         playground.wire_api(models, playground_view.api_inputs(), trace)
         demo.unload(drop_session)
     exact_inputs(demo)  # the wrong number of inputs is refused with a message naming them
+    forget_refused_one_shots(demo)  # ... and its session goes as a served call's does
     return demo
 

@@ -184,3 +184,20 @@ class OneShots:
 
 
 ONE_SHOTS = OneShots()
+
+
+def forget_refused_one_shots(demo: gr.Blocks) -> None:
+    """A one-shot call that `demo` refuses before its handler runs (a wrong input count, `ui.frame.exact_inputs`)
+    is noted in ONE_SHOTS all the same, so its session goes as a served call's does, not when Gradio's capacity
+    evicts it: a client sending malformed calls cannot pile sessions up."""
+    served = demo.process_api
+
+    async def process_api(*args, **kwargs):
+        try:
+            return await served(*args, **kwargs)
+        except Exception:
+            request = kwargs.get("request")
+            ONE_SHOTS.add(request if isinstance(request, gr.Request) else None)
+            raise
+
+    demo.process_api = process_api
