@@ -162,7 +162,7 @@ def test_a_compare_scrub_is_drawn_in_the_page_as_the_server_draws_it(browser, ap
     runs = {side: traces[side].steps for side in ("S", "Q")}
     top = max(runs.values())
     assert min(runs.values()) >= 2
-    ids = [compare.CANVAS_IDS[side] for side in runs]
+    ids = list(compare.CANVAS_IDS)  # the left (S) and the right (Q) canvas
     for k in (0, top, 1, min(runs.values()) + 1, top - 1):
         k = min(k, top)
         with Held(page, demo) as held:

@@ -25,7 +25,8 @@ from ui import runs  # noqa: E402
 from ui_helpers import api_client, launch_app  # noqa: E402
 
 PROMPT = "def add(a, b):"
-OK = (PROMPT, "Q", None, None, False, 8, 16, "")  # prompt, mode, tau_mask, tau_edit, mbe, block, gen, model
+# prompt, mode, tau_mask, tau_edit, mbe, block, gen, model, pokes
+OK = (PROMPT, "Q", None, None, False, 8, 16, "", None)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_with_both_decode_slots_busy_a_request_waits_in_the_queue_and_is_told(ap
 def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=5000, seconds=60.0))
     base = app.rstrip("/") + "/gradio_api/call/generate"
-    event = httpx.post(base, json={"data": [PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, ""]}, timeout=30).json()
+    event = httpx.post(base, json={"data": [PROMPT, "Custom", 1.0, 0.0, True, 4, 1000, "", None]}, timeout=30).json()
     with httpx.stream("GET", f"{base}/{event['event_id']}", timeout=30) as stream:
         for line in stream.iter_lines():
             if line.startswith("event: generating"):
