@@ -51,7 +51,7 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     page = open_page(browser, app_url, viewport, theme)
     # above the fold, both read in one frame once the first layout has settled there
     page.wait_for_function("""height => ['#prompt textarea', '#generate']
-        .every(h => document.querySelector(h).getBoundingClientRect().top < height)""",
+        .every(h => (e => e !== null && e.getBoundingClientRect().top < height)(document.querySelector(h)))""",
                            arg=VIEWPORTS[viewport]["height"], timeout=60_000)
     page.locator("#examples button", has_text="Code (S)").first.click()
     wait_done(page)
@@ -87,7 +87,9 @@ def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
     assert "right" in table
     # stacked on a phone: both boxes are read in one frame, so a canvas still settling cannot tear the reading
     page.wait_for_function("""() => {
-        const [s, q] = ['#canvas-s', '#canvas-q'].map(i => document.querySelector(i).getBoundingClientRect());
+        const [a, b] = ['#canvas-s', '#canvas-q'].map(i => document.querySelector(i));  // frames replace them
+        if (a === null || b === null) return false;
+        const [s, q] = [a.getBoundingClientRect(), b.getBoundingClientRect()];
         return s.height > 0 && q.top >= s.bottom - 1;
     }""", timeout=90_000)
     page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare-phone.png"))

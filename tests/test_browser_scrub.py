@@ -128,7 +128,8 @@ def test_a_press_on_the_scrubber_pauses_a_slow_replay(browser, app_url):
     page.wait_for_timeout(1500)
     held = step_of(page)
     page.wait_for_timeout(2500)  # several steps of the replay's pace
-    assert step_of(page) == held <= 3 and int(page.input_value("#step input[type=number]")) == held
+    # held still (how many asked-for steps landed before the press depends on the machine's load)
+    assert step_of(page) == held and int(page.input_value("#step input[type=number]")) == held
     page.context.close()
 
 
