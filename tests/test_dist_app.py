@@ -41,7 +41,7 @@ def wait_for_page(url: str, proc: subprocess.Popen, log: Path) -> None:
                 if page.status == 200:
                     return
         except OSError:  # not listening yet
-            time.sleep(0.5)
+            time.sleep(0.5)  # waits for the server to listen: a poll inside the TIMEOUT bound above
     raise AssertionError(f"no page at {url} within {TIMEOUT} s:\n{log.read_text()}")
 
 

@@ -43,7 +43,7 @@ if ranks.lead:
     def run(i):
         out[i] = pipe.generate(prompts[i], pipe.config("S", **settings)).summary()
     with Lead(pipe.model, ranks, ping_every=0.01):
-        time.sleep(0.1)  # idle: pings only
+        time.sleep(0.1)  # waits for nothing: an idle spell with pings only (any length passes; more pings, more cover)
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
         [t.start() for t in threads]
         [t.join() for t in threads]
