@@ -17,12 +17,13 @@ experts only (`as_slice` makes one from the loader's quantized module). Each pai
 own forward and kernels, so an expert's rows get the bits one process gives them; only the sum over a
 token's experts is taken in another order.
 
-What is split and what is replicated, and why: the routed experts are ~95% of an MoE model's bytes (LLaDA2.1-
+What is split and what is replicated, and why: the routed experts are ~97% of an MoE model's bytes (LLaDA2.1-
 flash: 256 experts of 8 active per token), so splitting them alone brings each rank's share near 1/W of the
 model. Attention, the shared expert, the dense first layers, the embeddings and the output layer are
 replicated: every rank computes them on the same tokens and gets the same values without talking to the
-others. Tensor parallel attention (heads split across ranks, one more all-reduce per layer) would divide the
-remaining ~5% too; it can come next without changing this layer.
+others. Attention stays whole on purpose (1.2% of flash's bytes, an all-reduce a layer that costs more than
+it saves at 32-token blocks, and per-row KV state every rank would then have to mirror): docs/distributed.md
+says why.
 """
 
 from __future__ import annotations
