@@ -99,7 +99,7 @@ if ranks.lead:
     json.dump(out, open(sys.argv[1], "w"))
 """
 REPLICA_RUN = {"prompt": "def add(a, b):", "gen_length": 16, "block_length": 16, "max_post_steps": 2}  # 31 forwards
-FIXTURE_RUN = {"prompt_ids": [1, 2, 3, 4, 5], "gen_length": 32, "block_length": 8}  # ~90 forwards, with edits
+FIXTURE_RUN = {"prompt_ids": [1, 2, 3, 4, 5], "gen_length": 16, "block_length": 8}  # ~55 forwards, with edits
 
 
 def test_two_ranks_decode_quantized_models_as_one_process(fixture_dir, tmp_path):
