@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llada.dist.experts import ShardedFP8Experts, ShardedInt8Experts, shard_experts
+from llada.dist.experts import ShardedExperts, ShardedFP8Experts, ShardedInt8Experts, shard_experts
 from llada.dist.group import Ranks
 from llada.dist.serve import sharded_layers
 from llada.model import LLaDA2MoE
@@ -124,3 +124,14 @@ def test_two_ranks_decode_quantized_models_as_one_process(fixture_dir, tmp_path)
         settings = dict(case["settings"])
         prompt = settings.pop("prompt_ids", None) or pipe.encode(settings.pop("prompt"))
         assert_same_run(split[name], pipe.generate(prompt, pipe.config("S", **settings)).summary())
+
+
+def test_ranks_of_one_machine_share_its_memory_on_the_cpu(fixture_dir, monkeypatch):
+    """Each rank's share of the experts fits the machine, but not twice: the two ranks of one host are refused."""
+    from llada.weights import memory
+
+    need = memory.weight_bytes(load_model(fixture_dir, ranks=Ranks(0, 2)).config, torch.float32, world=2)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: memory.HEADROOM + need * 3 // 2)
+    assert isinstance(load_model(fixture_dir, ranks=Ranks(0, 2)).layers[1].mlp.experts, ShardedExperts)  # a host each
+    with pytest.raises(CheckpointError, match=r"refused before loading: .* \(the 2 ranks of this machine share"):
+        load_model(fixture_dir, ranks=Ranks(0, 2, local=2))

@@ -254,9 +254,11 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
                               "load bf16, or fp8 on a GPU with FP8")
     dtype = dtype or memory.default_dtype(cfg, device, quantize)
-    why = memory.does_not_fit(cfg, dtype, device, quantize, world=world)
+    room = _room(device, ranks)
+    why = memory.does_not_fit(cfg, dtype, device, quantize, room=room, world=world)
     if why:
-        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
+        shared = "" if room is None else f" (the {ranks.local} ranks of this machine share its memory: one rank's part)"
+        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}{shared}")
     with torch.device("meta"):
         model = LLaDA2MoE(cfg).to(dtype)
     if ranks is not None:
@@ -282,6 +284,14 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         quantize_model_fp8(model, dense=True)
     model.ranks = ranks  # the decode drivers take rank 0's decisions on every rank (`llada.decode`)
     return model.eval().requires_grad_(False)
+
+
+def _room(device: torch.device, ranks) -> int | None:
+    """The memory this rank may fill: on the CPU the ranks of one machine share it (each its equal part);
+    None: the device's own free memory (a GPU per rank, or one process)."""
+    local = 1 if ranks is None or device.type != "cpu" else ranks.local
+    free = memory.available_bytes(device) if local > 1 else None
+    return None if free is None else free // local
 
 
 def _materialize(model: LLaDA2MoE, device: torch.device) -> None:
