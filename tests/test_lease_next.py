@@ -59,11 +59,12 @@ def test_a_tune_cut_short_keeps_the_token_counts_it_finished(tmp_path, monkeypat
     assert row["tokens"] == 1 and row["config"]["up_stages"] == 5
 
 
-def test_moe_launches_dry_run_times_each_of_the_seven_launches(monkeypatch):
+def test_moe_launches_dry_run_times_each_of_the_eight_launches(monkeypatch):
     monkeypatch.setattr(lease_launches, "TOKENS", (1,))  # one M keeps CI short; the step runs 1, 8, 32
     report = lease_launches.launches_step(dry_run=True)
     [row] = report["rows"]
-    assert [r["part"] for r in row["launches"]] == ["router", "sort", "quantize", "up", "silu", "down", "k-sum"]
+    parts = ["router", "top-k", "sort", "quantize", "up", "silu", "down", "k-sum"]
+    assert [r["part"] for r in row["launches"]] == parts
     assert all(r["alone_us"] > 0 and r["in_order_us"] > 0 for r in row["launches"])
     assert row["in_order_sum_us"] == pytest.approx(sum(r["in_order_us"] for r in row["launches"]), abs=0.1)
     assert len(report["figures"]) == 2 and all(f["ok"] is None for f in report["figures"])  # a CPU judges nothing

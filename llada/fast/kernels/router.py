@@ -1,8 +1,8 @@
-"""The MoE router in one Triton kernel: router logits, sigmoid and group-limited top-k.
+"""The MoE router in Triton: router logits, sigmoid and group-limited top-k (one launch, or two at decode).
 
 Reference: `llada.model.Router` (same contract: h (T, H) -> ids (T, K) int64, weights (T, K) fp32).
 E experts in n_group groups of S = E / n_group; K experts per token; `bias` (E,) steers selection only.
-One program per BLOCK_T tokens holds all E logits in registers, laid out as (BLOCK_T, G, S):
+The selection holds BLOCK_T tokens' E logits in registers, laid out as (BLOCK_T, G, S):
 
     logits  = h @ W^T                          (BLOCK_T, E) fp32, a K loop over (E, BLOCK_K) weight tiles
     score   = sigmoid(logits);  biased = score + bias
@@ -12,10 +12,27 @@ One program per BLOCK_T tokens holds all E logits in registers, laid out as (BLO
     weights = score[ids] / sum * routed_scaling_factor
     [shared]  one more column: id E, weight 1 (the shared expert, run as expert E by `fused_moe`)
 
-Why one program sees every expert: top-k needs the whole row of logits, and a grid over expert tiles
-would hand them to a second launch through memory (the earlier design: two kernels). Each program
-reads all of W (1 MB at the mini's 256 x 2048 in bf16, from L2 after the first): at decode, T = 32,
-that is two programs, ~2 MB of L2 reads (an estimate, not measured).
+Two paths, chosen from T (`plan_route`), with the same bits:
+
+    one program   T > SPLIT_MAX_T: grid (cdiv(T, 16),), `_route_kernel`; each program streams all of W
+                  (1 MB at the mini's 256 x 2048 in bf16) in a serial K loop and selects in registers
+    split         T <= SPLIT_MAX_T: `_route_logits_kernel` over (token blocks, E / 16 expert tiles) writes
+                  fp32 logits (T, E) to a scratch buffer, `_route_select_kernel` over token blocks reads
+                  them back into the slot layout and runs the same selection code
+
+Why the split: at decode, T <= 32, the one-program path is one or two programs (1 or 2 SMs of 132)
+streaming 1 MB each, 64 serial steps; an H200 timed it at 68 us at M = 1, 8 and 32, 63% of the FP8 MoE
+layer at M = 1. The split path's 16 programs per token block each stream 64 KB in 8 steps of 8 KB.
+Estimate, not measured: ~5-10 us for the logits (steps bound by latency, ~1 us each) plus ~3 us for the
+second launch and its gap, so ~10 us against 68, ~1.1 ms of the mini's 4.79 ms FP8 forward (19 MoE layers).
+Why not split K too: a logit summed from K-chunk partials rounds differently from the serial chain, and
+the paths must agree bit for bit. Why a second launch rather than the last-arriving program selecting
+(an atomic counter per token block): a counter must start at zero on every replay, which needs either a
+fill launch or a buffer shared between plans, and the release/acquire pattern cannot be checked on a CPU;
+the second launch costs ~2-3 us and holds no state. Each logit is the same fp32 chain over k in order on
+both paths (an MMA chain in k on a GPU, whatever the tile width; under the interpreter both tiles are
+numpy products of a contiguous W^T tile, 32 wide, whose sums agree column by column), the rms pass keeps
+NORM_K = 32 on both, and with `norm` only expert tile 0 stores s and n, so they are written once.
 
 The logits GEMM keeps the reference's precision: for bf16 (or fp16) h and W every product is exact
 in fp32 and the tensor cores sum in fp32, as `F.linear(h.float(), W.float())` does; for fp32 inputs
@@ -38,7 +55,7 @@ BLOCK_T = 16  # tokens per program (tl.dot's smallest M)
 BLOCK_K = 32  # hidden features per step: the (E, BLOCK_K) weight tile, 16 KB in bf16 at E = 256
 NORM_K = tl.constexpr(32)  # hidden features per step of the rms pass: fixes its order of summation
 BLOCK_E = 16  # experts per program on the split path (tl.dot's smallest N)
-SPLIT_K = 128  # hidden features per step on the split path on a GPU: a (16, 128) bf16 tile, 4 KB
+SPLIT_K = 256  # hidden features per step on the split path on a GPU: a (256, 16) bf16 tile of W^T, 8 KB
 SPLIT_MAX_T = 256  # the split path up to this many tokens (16 token blocks x 16 expert tiles at the mini)
 
 
@@ -269,7 +286,7 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
                            (h, weight, part, res, nw, s_out, n_out, T, H, E, float(eps), *h.stride(),
                             *weight.stride(), part.stride(0), res.stride(0), s_out.stride(0), n_out.stride(0)),
                            dict(BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E, BLOCK_K=step, LOW_PRECISION_IN=low,
-                                ADD_NORM=norm is not None, num_warps=4, num_stages=4)),
+                                ADD_NORM=norm is not None, num_warps=4, num_stages=3)),
                     Launch(_route_select_kernel, (blocks,),
                            (part, bias, ids, weights, T, float(scale), part.stride(0), *ids.stride(),
                             *weights.stride()), select | dict(num_warps=4, num_stages=1))]
