@@ -13,9 +13,12 @@ no forward past a budget is ever computed; a row that needs no more forwards is 
 On a model split across ranks (`llada.dist`) every rank drives the same rows in lock-step and rank 0's answers
 are the ones every rank sends to its loops (`Ranks.decided`).
 
-Inference mode is entered per forward, never across a `yield`, so a run can be stepped from any thread
-and interleaved with another. Timing: a record's `seconds` is the engine time of its round up to the
-record (the shared forward, then the rule of the rows before it), the consumer's time excluded.
+Inference mode is a flag of the thread that sets it, and a generator's code runs on whichever thread resumes
+it (Gradio steps its generators from a pool of threads). So the mode is entered inside each round
+(`BatchDecoder.step`), around all of the loops' work in that round (their code up to the next ask, the
+forward, the decisions, their writes), and never held across a `yield`: a run can be stepped from any thread,
+and every step of it runs in inference mode. Timing: a record's `seconds` is the engine time of its round up
+to the record (the shared forward, then the rule of the rows before it), the consumer's time excluded.
 """
 
 from __future__ import annotations
@@ -140,7 +143,14 @@ class BatchDecoder:
         return not self.active and not self.waiting
 
     def step(self) -> list[tuple[int, StepRecord]]:
-        """One round: every active row up to its next forward, one shared forward, every row's decision."""
+        """One round: every active row up to its next forward, one shared forward, every row's decision.
+
+        All of it runs in inference mode on the calling thread (entered here, left before returning), whatever
+        thread ran the round before."""
+        with torch.inference_mode():
+            return self._round()
+
+    def _round(self) -> list[tuple[int, StepRecord]]:
         now = time.perf_counter()
         out: list[tuple[int, StepRecord]] = []
         for row in self.active:
@@ -156,15 +166,14 @@ class BatchDecoder:
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
-            with torch.inference_mode():  # the forward, the decisions and each loop's writes, in one stretch
-                logits = run_forwards(runs, asks, self.memo)
-                ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
-                answers = answer_forwards(runs, asks, logits) if ranks is None else \
-                    ranks.decided(lambda: answer_forwards(runs, asks, logits))
-                for row, answer in zip(list(self.active), answers):
-                    row.ask = None
-                    row.forwards += 1
-                    out.append((row.index, row.loop.send(answer)))  # the record of that forward
+            logits = run_forwards(runs, asks, self.memo)
+            ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
+            answers = answer_forwards(runs, asks, logits) if ranks is None else \
+                ranks.decided(lambda: answer_forwards(runs, asks, logits))
+            for row, answer in zip(list(self.active), answers):
+                row.ask = None
+                row.forwards += 1
+                out.append((row.index, row.loop.send(answer)))  # the record of that forward
         return out
 
     def _advance(self, rows: list[_Slot], out: list[tuple[int, StepRecord]]) -> None:
