@@ -1,6 +1,6 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
-NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, gpu-check, lease, train,
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, int8-rows, gpu-check, lease, train,
 indel, repair.
 """
 
@@ -21,6 +21,7 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "gpu-check": "on a GPU: self-check, compiled kernel tests, tuner, benchmarks, expected vs measured",
            "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
            "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul",
+           "int8-rows": "one int8 expert's products against bf16 per row count: where the kernels cross",
            "indel": "a LLaDA2.2-format model on the tasks: accuracy, TPF, runs with inserts and deletes",
            "repair": "one corrupted token of a finished answer: how often T2T (and MBE) edits it back"}
 
