@@ -429,7 +429,7 @@ class LLaDA2MoE(nn.Module):
             positions = torch.tensor([p for row, T in zip(rows, sizes) for p in range(row.start, row.start + T)]
                                      + [0] * pad, dtype=torch.long, device=device)
         cos, sin = rope_cos_sin(positions, self.config.rotary_dim, self.config.rope_theta)  # (N, rotary_dim)
-        with row_exact():
+        with row_exact(sizes):
             x = self.word_embeddings(ids)  # (N, H)
             for layer in self.layers:
                 x = layer.forward_rows(x, cos, sin, rows)

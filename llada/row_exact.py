@@ -23,22 +23,33 @@ from torch import nn
 
 TILE = 16  # rows per matrix-product tile of the row-exact path off the CPU
 CPU_ROWS = 4  # on the CPU, a padded product's rows are a multiple of this
-_ROW_EXACT = contextvars.ContextVar("row_exact", default=False)
+_ROW_EXACT = contextvars.ContextVar("row_exact", default=None)  # None: off; else the rows' token counts
 
 
 def row_exact_on() -> bool:
     """Whether the row-exact path is on here."""
-    return _ROW_EXACT.get()
+    return _ROW_EXACT.get() is not None
+
+
+def row_sizes() -> tuple[int, ...]:
+    """The token counts of the rows of this row-exact forward, in order (empty: off, or not given). Tokens
+    past their sum are padding. A module that chooses its kernel by a count of tokens counts one row's own
+    (`llada.fast.int8.Int8Experts`), so that the choice, like the result, does not depend on the rows beside."""
+    return _ROW_EXACT.get() or ()
 
 
 class row_exact:
-    """`with row_exact():` inside, every matrix product of the model's own modules runs on padded rows
-    (`tiled_linear`). A plain class, not a generator: a forward enters it once, at little cost."""
+    """`with row_exact(sizes):` inside, every matrix product of the model's own modules runs on padded rows
+    (`tiled_linear`); `sizes` are the token counts of the forward's rows (`row_sizes`). A plain class, not a
+    generator: a forward enters it once, at little cost."""
 
-    __slots__ = ("token",)
+    __slots__ = ("token", "sizes")
+
+    def __init__(self, sizes: tuple[int, ...] | list[int] = ()):
+        self.sizes = tuple(sizes)
 
     def __enter__(self) -> None:
-        self.token = _ROW_EXACT.set(True)
+        self.token = _ROW_EXACT.set(self.sizes)
 
     def __exit__(self, *exc) -> None:
         _ROW_EXACT.reset(self.token)

@@ -69,14 +69,15 @@ class RankSlice:
         wide = torch.promote_types(x.dtype, torch.float32)  # sums in fp32 at least, rounded to x's dtype once
         out = x.new_zeros(x.shape, dtype=wide)  # (T, H)
         if token.numel():
-            y = self.pairs(x[token], local[token, k][:, None], weights[token, k][:, None])  # (P, H) weighted
+            y = self.pairs(x[token], local[token, k][:, None], weights[token, k][:, None], (ids, token, k))  # (P, H)
             out.index_add_(0, token, y.to(wide))
         dist.all_reduce(out)  # the sum over the ranks' slices
         return out.to(x.dtype)
 
-    def pairs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def pairs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, among: tuple) -> torch.Tensor:
         """x (P, H), local ids (P, 1), weights (P, 1) -> (P, H): each pair's weighted output, by the module's
-        own forward (an expert's rows are the rows one process gives it, in the same order)."""
+        own forward (an expert's rows are the rows one process gives it, in the same order). `among`: the
+        call's ids (T, K) over every rank's experts and these pairs' (token, k) in it, each (P,)."""
         return super().forward(x, ids, weights)
 
 
@@ -93,7 +94,12 @@ class ShardedExperts(RankSlice, Experts):
 
 class ShardedInt8Experts(RankSlice, Int8Experts):
     """A slice of a layer's experts in int8 (CPU): `Int8Experts`' codes and row scales of its E/W experts,
-    run by the same kernel (the pack kernel gives a row the same bits at any row count)."""
+    run by the same kernels (each gives a row the same bits at any row count), each pair on the kernel one
+    process picks for it: its row's count at its expert, from the call's ids over every rank's experts."""
+
+    def pairs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, among: tuple) -> torch.Tensor:
+        every, token, k = among
+        return Int8Experts.forward(self, x, ids, weights, many=self.many_pairs(every)[token, k][:, None])
 
 
 class ShardedFP8Experts(RankSlice, FP8Experts):
@@ -102,10 +108,10 @@ class ShardedFP8Experts(RankSlice, FP8Experts):
     On the PyTorch reference (the CPU, or a GPU where no fast engine runs FP8) the pairs run in fp32 and come
     back unrounded (the reference sums a token's experts in fp32 and rounds once; the all-reduce then does)."""
 
-    def pairs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def pairs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, among: tuple) -> torch.Tensor:
         if resolve_impl(self.impl, x, fp8=True) == "torch":
             x = x.to(torch.promote_types(x.dtype, torch.float32))  # the reference quantizes x.float() either way
-        return super().pairs(x, ids, weights)
+        return super().pairs(x, ids, weights, among)
 
 
 def as_slice(experts: nn.Module, like: nn.Module) -> nn.Module:

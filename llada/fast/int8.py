@@ -39,12 +39,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..model import Experts, LLaDA2MoE
-from ..row_exact import padded_rows, row_exact_on
+from ..row_exact import padded_rows, row_exact_on, row_sizes
 
 IMPLS = ("pack", "tiles", "torch")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
 TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 tile of 512 x 2048 is 2 MiB)
 COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
+MANY_ROWS = 12  # an expert's tokens from one row from which they run int8 x int8 (bench/results/int8-rows.json)
 
 
 QUANT_CHUNK = 1 << 22  # elements quantized at a time: bounds the fp32 temporaries (16 MiB) for the large matrices
@@ -125,7 +126,20 @@ def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     return out[:M].view(*x.shape[:-1], N)
 
 
-KERNELS = {"pack": int8_linear_pack, "tiles": int8_linear_tiles, "torch": int8_linear_ref}
+def int8_linear_w8a8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ (q * s)^T with x quantized too: each row of x to int8 codes over its own absolute maximum
+    (xq * sx), the integer product exact in int32 (`torch._int_mm`), then scaled by sx and s. A row's result
+    depends on that row alone, bit for bit, at any row count. Rounding x to 8 bits adds error (measured)."""
+    K, N = q.shape[-1], q.shape[0]
+    flat = x.reshape(-1, K).float()  # (M, K)
+    sx = flat.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127  # (M, 1)
+    xq = flat.div(sx).round_().to(torch.int8)  # (M, K) in [-127, 127]
+    acc = torch._int_mm(xq, q.T)  # (M, N) int32: at most 127 * 127 * K, exact
+    return acc.float().mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
+
+
+KERNELS = {"pack": int8_linear_pack, "tiles": int8_linear_tiles, "torch": int8_linear_ref,
+           "w8a8": int8_linear_w8a8}
 
 
 def resolve_impl(impl: str, *ks: int) -> str:
@@ -172,11 +186,20 @@ class Int8Experts(nn.Module):
     """Routed experts with int8 weights: w13 (E, 2I, H) + w13_scale (E, 2I), w2 (E, H, I) + w2_scale (E, H).
 
     forward(x (T, H), ids (T, K), weights (T, K)) -> (T, H), the contract of `llada.model.Experts`: a loop
-    over the experts that received tokens, each one's rows through its two products."""
+    over the experts that received tokens, each one's rows through its two products.
 
-    def __init__(self, w13, w13_scale, w2, w2_scale, impl: str = "pack"):
+    The kernel follows the rows (with impl "pack"): an expert that one row of the forward sends fewer than
+    `many_rows` tokens runs them on the pack kernel, which wins at few rows (it reads half a bf16 product's
+    bytes); from `many_rows` on it is slower than the bf16 product (2x at ~21 rows), and those tokens run
+    `int8_linear_w8a8`, which is faster than bf16 there (bench/results/int8-rows.json). The count is one
+    row's own (`llada.row_exact.row_sizes`; outside the row-exact path, the whole call's), and both kernels
+    give a token the same bits among any tokens, so a token's result never depends on the rows beside it.
+    `many_rows=None` keeps every token on the pack kernel."""
+
+    def __init__(self, w13, w13_scale, w2, w2_scale, impl: str = "pack", many_rows: int | None = MANY_ROWS):
         super().__init__()
         self.impl = resolve_impl(impl, w13.shape[-1], w2.shape[-1])
+        self.many_rows = many_rows if self.impl == "pack" else None
         for name, t in (("w13", w13), ("w13_scale", w13_scale), ("w2", w2), ("w2_scale", w2_scale)):
             self.register_buffer(name, t)
 
@@ -184,17 +207,22 @@ class Int8Experts(nn.Module):
     def from_experts(cls, experts: Experts, impl: str = "pack") -> "Int8Experts":
         return cls(*quantize_int8(experts.w13), *quantize_int8(experts.w2), impl)
 
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                many: torch.Tensor | None = None) -> torch.Tensor:
+        """`many` (T, K): which pairs run `int8_linear_w8a8` (default `many_pairs(ids)`; a slice of the experts
+        across ranks passes its pairs' flags as one process would set them)."""
         T, K = ids.shape
-        product = KERNELS[self.impl]
+        kernels = (KERNELS[self.impl], int8_linear_w8a8)
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
-        order = flat.argsort(stable=True)  # pairs sorted by expert
-        counts = torch.bincount(flat, minlength=self.w13.shape[0]).tolist()
+        many = self.many_pairs(ids) if many is None else many
+        group = flat * 2 + many.reshape(-1).long()  # (T*K,) 2 e, + 1 where the pair's row sends e many tokens
+        order = group.argsort(stable=True)  # pairs sorted by expert, the few before the many
+        counts = torch.bincount(group, minlength=2 * self.w13.shape[0]).tolist()
         xs = x[order // K]  # (T*K, H) one row per pair, grouped by expert
         ys, begin = torch.empty_like(xs), 0
-        for e, n in enumerate(counts):
+        for g, n in enumerate(counts):
             if n:
-                rows = slice(begin, begin + n)
+                e, product, rows = g // 2, kernels[g % 2], slice(begin, begin + n)
                 gate, up = product(xs[rows], self.w13[e], self.w13_scale[e]).chunk(2, dim=-1)  # (n, I) each
                 ys[rows] = product(F.silu(gate) * up, self.w2[e], self.w2_scale[e])  # (n, H)
                 begin += n
@@ -202,9 +230,24 @@ class Int8Experts(nn.Module):
         out[order] = ys  # back to (token, k) order
         return (out.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
+    def many_pairs(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (T, K) -> (T, K) bool: True where the pair's expert gets at least `many_rows` pairs from the
+        pair's own row (`row_sizes`; the tokens past them, padding, count as one more row)."""
+        T, K = ids.shape
+        sizes = row_sizes()
+        if self.many_rows is None or not ids.numel():
+            return torch.zeros_like(ids, dtype=torch.bool)
+        if sum(sizes) > T:
+            raise ValueError(f"the row-exact forward's rows hold {sum(sizes)} tokens, more than the {T} routed here")
+        per_row = torch.tensor([*sizes, T - sum(sizes)], device=ids.device)  # (R + 1,) tokens per row, padding
+        row = torch.repeat_interleave(torch.arange(len(per_row), device=ids.device), per_row)  # (T,) row of each
+        key = row[:, None] * (int(ids.max()) + 1) + ids  # (T, K) (row, expert) of each pair
+        return torch.bincount(key.reshape(-1))[key] >= self.many_rows
+
     def extra_repr(self) -> str:
         E, I2, H = self.w13.shape
-        return f"experts={E}, hidden={H}, inner={I2 // 2}, int8 rows, impl={self.impl}"
+        return (f"experts={E}, hidden={H}, inner={I2 // 2}, int8 rows, impl={self.impl}, "
+                f"w8a8 from {self.many_rows} rows")
 
 
 def int8_linears(module: nn.Module) -> list[tuple[nn.Module, str]]:

@@ -1,0 +1,82 @@
+"""The int8 experts' kernel follows the rows (`llada.fast.int8.Int8Experts`): an expert one row sends few tokens
+runs the pack kernel, many tokens `int8_linear_w8a8`; both within int8's bound of the float experts, a token's
+bits never depending on the rows beside it; and the per-row-count benchmark (`llada.bench.int8_rows`)."""
+
+import json
+
+import pytest
+import torch
+
+from llada.fast.int8 import Int8Experts, int8_linear_ref, int8_linear_w8a8, quantize_int8
+from llada.fast.kernels.reference import rel_rmse
+from llada.model import Experts
+from llada.row_exact import row_exact
+
+# int8 weights (~0.6% per product, tests/test_int8.py) plus x rounded to 8 bits over its row's absolute
+# maximum (Gaussian rows: ~0.4% more) and the bf16 roundings: 2.5% leaves room, a wrong scale is off by O(1)
+W8A8_TOLERANCE = 2.5e-2
+E, H, I, K = 6, 32, 48, 2  # H, I multiples of 16: the pack kernel runs the few
+
+
+def _experts(many_rows=4) -> tuple[Experts, Int8Experts]:
+    torch.manual_seed(0)
+    experts = Experts(E, H, I)
+    torch.nn.init.normal_(experts.w13, std=0.05)
+    torch.nn.init.normal_(experts.w2, std=0.05)
+    i8 = Int8Experts.from_experts(experts)
+    i8.many_rows = many_rows
+    return experts, i8
+
+
+def test_w8a8_is_close_to_the_reference_and_a_row_is_alone_bit_for_bit():
+    q, s = quantize_int8(torch.randn(40, 64) * 0.02)
+    x = torch.randn(21, 64, dtype=torch.bfloat16)
+    assert rel_rmse(int8_linear_w8a8(x, q, s), int8_linear_ref(x, q, s)) < W8A8_TOLERANCE
+    for m in (1, 2, 5, 21):
+        assert torch.equal(int8_linear_w8a8(x[:m], q, s), int8_linear_w8a8(x, q, s)[:m]), m
+
+
+def test_an_expert_with_many_tokens_of_one_row_runs_w8a8_and_stays_within_int8s_bound():
+    experts, i8 = _experts(many_rows=4)
+    T = 10
+    ids = torch.tensor([[0, 1]] * 5 + [[2, 3], [2, 4], [5, 3], [4, 5], [1, 2]])  # expert 0: 5, 1: 6, others < 4
+    many = i8.many_pairs(ids)
+    assert many.tolist() == [[True, True]] * 5 + [[False, False]] * 4 + [[True, False]]
+    x, w = torch.randn(T, H), torch.rand(T, K)
+    want = experts(x, ids, w).detach()
+    out = i8(x, ids, w)
+    assert rel_rmse(out, want) < W8A8_TOLERANCE
+    i8.many_rows = None  # every pair on the pack kernel: another path, the same numbers within the bound
+    assert not i8.many_pairs(ids).any()
+    pack = i8(x, ids, w)
+    assert rel_rmse(pack, want) < W8A8_TOLERANCE and not torch.equal(pack, out)
+
+
+def test_the_choice_counts_one_rows_tokens_so_a_row_gets_its_lone_bits():
+    """Two rows each send expert 0 three tokens: six together, three each. With many_rows = 4 each row's
+    tokens stay on the pack kernel, as when that row runs alone; the padding is a row of its own."""
+    _, i8 = _experts(many_rows=4)
+    ids = torch.tensor([[0, 1], [0, 2], [0, 3], [5, 4]] * 2 + [[0, 5]] * 4)  # rows of 4, 4, then 4 padding
+    x, w = torch.randn(12, H), torch.rand(12, K)
+    with row_exact((4, 4)):
+        both = i8(x, ids, w)
+        assert not i8.many_pairs(ids)[:8].any() and i8.many_pairs(ids)[8:, 0].all()
+    for a in (0, 4):
+        with row_exact((4,)):
+            alone = i8(x[a:a + 4], ids[a:a + 4], w[a:a + 4])
+        assert torch.equal(both[a:a + 4], alone)
+    with row_exact((4, 4)), pytest.raises(ValueError, match="rows hold 8 tokens, more than the 4"):
+        i8.many_pairs(ids[:4])
+
+
+def test_the_rows_bench_times_each_kernel_per_row_count(tmp_path):
+    from llada.bench import int8_rows
+
+    out = tmp_path / "rows.json"
+    assert int8_rows.main(["--shapes", "load", "--rows", "1", "21", "--experts", "2", "--repeats", "1",
+                           "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["load"]["by_rows"]
+    assert [r["rows"] for r in rows] == [1, 21] and report["load"]["hidden"] == 1024
+    assert set(rows[0]["median_us_per_expert"]) == {"bf16", "pack", "tiles", "scratch", "w8a8"}
+    assert all(v > 0 for r in rows for v in r["over_bf16"].values()) and report["commit"]
