@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from llada.config import ModelConfig
-from llada.fast.int8 import (MANY_ROWS, Int8Experts, Int8Linear, KERNELS, dequantize_int8, int8_linear_pack,
-                             int8_linear_ref, quantize_int8, quantize_model_int8, resolve_impl)
+from llada.fast.int8 import (Int8Experts, Int8Linear, KERNELS, dequantize_int8, int8_linear_pack, int8_linear_ref,
+                             quantize_int8, quantize_model_int8, resolve_impl)
 from llada.fast.kernels.reference import rel_rmse
 from llada.model import Experts, LLaDA2MoE
 from llada.row_exact import row_exact
@@ -77,7 +77,7 @@ def test_tiles_take_any_k_and_fp32_activations_and_pack_refuses_other_k():
         resolve_impl("int4", 48)
 
 
-@pytest.mark.parametrize("impl", ["pack", "tiles"])
+@pytest.mark.parametrize("impl", ["pack", "tiles", "intmm"])
 def test_a_row_gets_the_same_bits_among_any_number_of_rows(impl):
     """The row-exact path (`llada.row_exact`): a row's output must not depend on the rows beside it."""
     q, s = quantize_int8(_weights(99, 64))
@@ -92,7 +92,7 @@ def test_linear_keeps_its_bias_and_contract():
     lin = torch.nn.Linear(48, 13, bias=True)
     i8 = Int8Linear.from_linear(lin)
     x = torch.randn(2, 3, 48)
-    assert i8.in_features == 48 and i8.out_features == 13 and i8.impl == "tiles"
+    assert i8.in_features == 48 and i8.out_features == 13 and i8.impl == "intmm"
     assert rel_rmse(i8(x), lin(x).detach()) < WEIGHT_TOLERANCE
 
 
@@ -108,8 +108,7 @@ def test_experts_match_the_float_experts(T, route):
            "some idle": torch.randint(0, 2, (T, K))}[route]
     w = torch.rand(T, K)
     i8 = Int8Experts.from_experts(experts)
-    assert i8.impl == "pack" and i8.many_rows == MANY_ROWS
-    i8.many_rows = None  # the pack kernel for every pair (an expert's many rows run w8a8: tests/test_int8_rows.py)
+    assert i8.impl == "pack"
     want = experts(x, ids, w).detach()
     assert rel_rmse(i8(x, ids, w), want) < WEIGHT_TOLERANCE
     as_ref = Int8Experts(i8.w13, i8.w13_scale, i8.w2, i8.w2_scale, impl="torch")

@@ -11,7 +11,7 @@ Per row count n, the variants take turns in one process (a busy machine's noise 
     pack     `_weight_int8pack_mm` (`llada.fast.int8.int8_linear_pack`): reads the int8 codes, scales inside
     tiles    `int8_linear_tiles`: 512 rows of the codes at a time dequantized into a fresh bf16 tile
     scratch  the same tiles dequantized in one pass into one buffer kept across calls (`int8_linear_scratch`)
-    w8a8     `int8_linear_w8a8`: x quantized per row too, an exact int8 x int8 product (`torch._int_mm`):
+    intmm    `int8_linear_intmm`: x as two int8 digits per row, an exact int8 x int8 product (`torch._int_mm`):
              the int8 experts' kernel for an expert one row sends `MANY_ROWS` tokens or more
 
 Each timing cycles over `--experts` experts (more bytes than the L3 cache holds), as a forward meets a new
@@ -71,7 +71,7 @@ def int8_linear_scratch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, held:
 
 def variants(H: int, I: int, E: int) -> dict:
     """name -> expert(e, x (n, H)) -> (n, H): the two products of expert e in each variant."""
-    from ..fast.int8 import int8_linear_pack, int8_linear_tiles, int8_linear_w8a8, quantize_int8
+    from ..fast.int8 import int8_linear_pack, int8_linear_tiles, int8_linear_intmm, quantize_int8
 
     g = torch.Generator().manual_seed(0)
     w13 = (torch.randn(E, 2 * I, H, generator=g) * H ** -0.5).bfloat16()
@@ -93,7 +93,7 @@ def variants(H: int, I: int, E: int) -> dict:
         return run
 
     return {"bf16": bf16, "pack": int8(int8_linear_pack), "tiles": int8(int8_linear_tiles),
-            "scratch": int8(int8_linear_scratch), "w8a8": int8(int8_linear_w8a8)}
+            "scratch": int8(int8_linear_scratch), "intmm": int8(int8_linear_intmm)}
 
 
 def measure(H: int, I: int, rows: list[int], E: int, repeats: int) -> list[dict]:

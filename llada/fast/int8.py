@@ -17,13 +17,22 @@ Kernels (measured on this machine's AVX-512 BF16 cores, one thread, bench/result
                                   x is cast to bf16 for it.
     int8_linear_tiles(x, q, s)    dequantizes 512 rows of q at a time into a bf16 (or x's dtype) buffer and
                                   runs one plain product per tile: ~1.2x a bf16 product at 32 rows, any K.
-    int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the two above are tested against.
+    int8_linear_intmm(x, q, s)    x written as two int8 digits per row (~15 bits over the row's maximum:
+                                  as close as pack to the reference), one exact int8 x int8 product of both
+                                  (torch._int_mm, int32): any K; slower than pack at 1-4 rows, as fast at ~12,
+                                  0.8x pack and ~1.1x bf16 at 21-32 rows, 0.4-0.8x the tiles at every count
+                                  (bench/results/int8-rows.json).
+    int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the others are tested against.
 
-Which runs is a module's `impl`, fixed when it is made, never chosen by the number of rows: on the
-row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. The pack kernel
-gives a row the same bits at any row count; the tiles pad their rows to `padded_rows` as every row-exact
-product does. `Int8Experts` (few rows per expert) packs; `Int8Linear` (the attention, dense SwiGLU and
-shared-expert projections: all the block's tokens at once) runs on tiles.
+On the row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. Each kernel
+gives a row the same bits at any row count (pack and intmm by construction; the tiles pad their rows to
+`padded_rows` as every row-exact product does), so what remains is the choice of kernel. `Int8Linear` (the
+attention, dense SwiGLU and shared-expert projections: all the block's tokens at once) runs its `impl`,
+intmm, fixed when it is made. `Int8Experts` picks per expert and per row: the pack kernel for the few tokens
+one row sends an expert (LLaDA2.1: ~1-4 of a 32-token block), intmm from `MANY_ROWS` (LLaDA2.2's block
+routing: ~21 on the load replica), the count being that row's own (`llada.row_exact.row_sizes`), never its
+neighbours'. (x rounded to one int8 digit instead of two was faster still but moved the logits: top-1
+agreement with the bf16 model fell, bench/results/int8-load-2.2-linear-w8a8.json and README there.)
 
 `quantize_model_int8(model)` swaps the modules into a loaded model; `llada.weights.checkpoint` quantizes
 tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
@@ -41,11 +50,12 @@ from torch import nn
 from ..model import Experts, LLaDA2MoE
 from ..row_exact import padded_rows, row_exact_on, row_sizes
 
-IMPLS = ("pack", "tiles", "torch")
+IMPLS = ("pack", "tiles", "torch", "intmm")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
 TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 tile of 512 x 2048 is 2 MiB)
 COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
-MANY_ROWS = 12  # an expert's tokens from one row from which they run int8 x int8 (bench/results/int8-rows.json)
+MANY_ROWS = 12  # an expert's tokens from one row from which they run intmm (bench/results/int8-rows.json)
+LINEAR_IMPL = "intmm"  # the attention, dense and shared-expert projections' kernel
 
 
 QUANT_CHUNK = 1 << 22  # elements quantized at a time: bounds the fp32 temporaries (16 MiB) for the large matrices
@@ -126,20 +136,26 @@ def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     return out[:M].view(*x.shape[:-1], N)
 
 
-def int8_linear_w8a8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """x (..., K) @ (q * s)^T with x quantized too: each row of x to int8 codes over its own absolute maximum
-    (xq * sx), the integer product exact in int32 (`torch._int_mm`), then scaled by sx and s. A row's result
-    depends on that row alone, bit for bit, at any row count. Rounding x to 8 bits adds error (measured)."""
+def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ (q * s)^T on integer products: each row of x written as two int8 digits over its absolute
+    maximum, x ~ (hi + lo / 254) * sx (hi = round(x / sx), lo the rounded rest: x to ~15 bits, finer than
+    bf16's 8 for all but a row's smallest entries), both digits in one exact int8 x int8 product
+    (`torch._int_mm`, int32), then scaled by sx and s. A row's result depends on that row alone, bit for bit,
+    at any row count. One digit alone was faster but moved the logits (top-1 agreement 0.77 against 0.78)."""
     K, N = q.shape[-1], q.shape[0]
     flat = x.reshape(-1, K).float()  # (M, K)
+    M = flat.shape[0]
     sx = flat.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127  # (M, 1)
-    xq = flat.div(sx).round_().to(torch.int8)  # (M, K) in [-127, 127]
-    acc = torch._int_mm(xq, q.T)  # (M, N) int32: at most 127 * 127 * K, exact
-    return acc.float().mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
+    u = flat / sx  # (M, K) in [-127, 127] (a new tensor: x itself may be flat)
+    hi = u.round()
+    lo = u.sub_(hi).mul_(254).round_()  # the rest, in [-127, 127]
+    acc = torch._int_mm(torch.cat([hi, lo]).to(torch.int8), q.T).float()  # (2M, N): at most 127 * 127 * K, exact
+    y = acc[M:].div_(254).add_(acc[:M])  # (M, N)
+    return y.mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
 
 
 KERNELS = {"pack": int8_linear_pack, "tiles": int8_linear_tiles, "torch": int8_linear_ref,
-           "w8a8": int8_linear_w8a8}
+           "intmm": int8_linear_intmm}
 
 
 def resolve_impl(impl: str, *ks: int) -> str:
@@ -155,7 +171,7 @@ class Int8Linear(nn.Module):
     """A linear layer with int8 weights (N, K), bf16 row scales (N,) and the bias (N,) as it was, if any."""
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 impl: str = "tiles"):
+                 impl: str = LINEAR_IMPL):
         super().__init__()
         self.impl = resolve_impl(impl, weight.shape[-1])
         self.register_buffer("weight", weight)
@@ -163,7 +179,7 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, impl: str = "tiles") -> "Int8Linear":
+    def from_linear(cls, linear: nn.Linear, impl: str = LINEAR_IMPL) -> "Int8Linear":
         return cls(*quantize_int8(linear.weight), linear.bias, impl)
 
     @property
@@ -190,8 +206,8 @@ class Int8Experts(nn.Module):
 
     The kernel follows the rows (with impl "pack"): an expert that one row of the forward sends fewer than
     `many_rows` tokens runs them on the pack kernel, which wins at few rows (it reads half a bf16 product's
-    bytes); from `many_rows` on it is slower than the bf16 product (2x at ~21 rows), and those tokens run
-    `int8_linear_w8a8`, which is faster than bf16 there (bench/results/int8-rows.json). The count is one
+    bytes); from `many_rows` on it is 1.4-1.6x the bf16 product (at ~21 rows), and those tokens run
+    `int8_linear_intmm`, 0.8x its time there (bench/results/int8-rows.json). The count is one
     row's own (`llada.row_exact.row_sizes`; outside the row-exact path, the whole call's), and both kernels
     give a token the same bits among any tokens, so a token's result never depends on the rows beside it.
     `many_rows=None` keeps every token on the pack kernel."""
@@ -209,10 +225,10 @@ class Int8Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                 many: torch.Tensor | None = None) -> torch.Tensor:
-        """`many` (T, K): which pairs run `int8_linear_w8a8` (default `many_pairs(ids)`; a slice of the experts
+        """`many` (T, K): which pairs run `int8_linear_intmm` (default `many_pairs(ids)`; a slice of the experts
         across ranks passes its pairs' flags as one process would set them)."""
         T, K = ids.shape
-        kernels = (KERNELS[self.impl], int8_linear_w8a8)
+        kernels = (KERNELS[self.impl], int8_linear_intmm)
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
         many = self.many_pairs(ids) if many is None else many
         group = flat * 2 + many.reshape(-1).long()  # (T*K,) 2 e, + 1 where the pair's row sends e many tokens
@@ -247,7 +263,7 @@ class Int8Experts(nn.Module):
     def extra_repr(self) -> str:
         E, I2, H = self.w13.shape
         return (f"experts={E}, hidden={H}, inner={I2 // 2}, int8 rows, impl={self.impl}, "
-                f"w8a8 from {self.many_rows} rows")
+                f"intmm from {self.many_rows} rows")
 
 
 def int8_linears(module: nn.Module) -> list[tuple[nn.Module, str]]:
