@@ -16,12 +16,15 @@ Kernels (measured on this machine's AVX-512 BF16 cores, one thread, bench/result
                                   wrong values or crash) and bf16 activations (fp32 runs 10-100x slower):
                                   x is cast to bf16 for it.
     int8_linear_tiles(x, q, s)    dequantizes 512 rows of q at a time into a bf16 (or x's dtype) buffer and
-                                  runs one plain product per tile: ~1.2x a bf16 product at 32 rows, any K.
+                                  runs one plain product per tile: 1.5-3x a bf16 product at 1-32 rows, any K
+                                  (the dequantization costs what the bytes saved would).
     int8_linear_intmm(x, q, s)    x written as two int8 digits per row (~15 bits over the row's maximum:
                                   as close as pack to the reference), one exact int8 x int8 product of both
-                                  (torch._int_mm, int32): any K; slower than pack at 1-4 rows, as fast at ~12,
-                                  0.8x pack and ~1.1x bf16 at 21-32 rows, 0.4-0.8x the tiles at every count
-                                  (bench/results/int8-rows.json).
+                                  (torch._int_mm, int32): any K; 0.3-0.8x the tiles at 1-32 rows. Against pack
+                                  it depends on the machine's load: 1.5x pack at 21 rows on a quiet machine,
+                                  faster than pack from ~8-12 rows with other work on the cores (int8-rows*.json
+                                  in bench/results); in the whole forward it is the faster choice for an
+                                  expert's many rows (int8-configs-03a5769.json).
     int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the others are tested against.
 
 On the row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. Each kernel
@@ -32,7 +35,7 @@ intmm, fixed when it is made. `Int8Experts` picks per expert and per row: the pa
 one row sends an expert (LLaDA2.1: ~1-4 of a 32-token block), intmm from `MANY_ROWS` (LLaDA2.2's block
 routing: ~21 on the load replica), the count being that row's own (`llada.row_exact.row_sizes`), never its
 neighbours'. (x rounded to one int8 digit instead of two was faster still but moved the logits: top-1
-agreement with the bf16 model fell, bench/results/int8-load-2.2-linear-w8a8.json and README there.)
+agreement with the bf16 model fell, bench/results/int8-load-2.2-linear-w8a8.json.)
 
 `quantize_model_int8(model)` swaps the modules into a loaded model; `llada.weights.checkpoint` quantizes
 tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
@@ -54,7 +57,7 @@ IMPLS = ("pack", "tiles", "torch", "intmm")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
 TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 tile of 512 x 2048 is 2 MiB)
 COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
-MANY_ROWS = 12  # an expert's tokens from one row from which they run intmm (bench/results/int8-rows.json)
+MANY_ROWS = 12  # an expert's tokens from one row from which they run intmm (bench/results/int8-configs-*.json)
 LINEAR_IMPL = "intmm"  # the attention, dense and shared-expert projections' kernel
 
 
@@ -206,10 +209,11 @@ class Int8Experts(nn.Module):
 
     The kernel follows the rows (with impl "pack"): an expert that one row of the forward sends fewer than
     `many_rows` tokens runs them on the pack kernel, which wins at few rows (it reads half a bf16 product's
-    bytes); from `many_rows` on it is 1.4-1.6x the bf16 product (at ~21 rows), and those tokens run
-    `int8_linear_intmm`, 0.8x its time there (bench/results/int8-rows.json). The count is one
-    row's own (`llada.row_exact.row_sizes`; outside the row-exact path, the whole call's), and both kernels
-    give a token the same bits among any tokens, so a token's result never depends on the rows beside it.
+    bytes); from `many_rows` on it is 1.2-1.6x the bf16 product (at ~21 rows), and those tokens run
+    `int8_linear_intmm`, which made the whole forward 5% faster (bench/results/int8-configs-03a5769.json).
+    The count is one row's own (`llada.row_exact.row_sizes`; outside the row-exact path, the whole call's),
+    and both kernels give a token the same bits among any tokens, so a token's result never depends on the
+    rows beside it.
     `many_rows=None` keeps every token on the pack kernel."""
 
     def __init__(self, w13, w13_scale, w2, w2_scale, impl: str = "pack", many_rows: int | None = MANY_ROWS):
