@@ -33,6 +33,11 @@ the second launch costs ~2-3 us and holds no state. Each logit is the same fp32 
 both paths (an MMA chain in k on a GPU, whatever the tile width; under the interpreter both tiles are
 numpy products of a contiguous W^T tile, 32 wide, whose sums agree column by column), the rms pass keeps
 NORM_K = 32 on both, and with `norm` only expert tile 0 stores s and n, so they are written once.
+No float sum goes through `tl.sum`, whose order follows the layout the compiler gives a tile (a dot's
+output in one kernel, a load's in the other): on an H200 that alone made the weights' normalising sum and
+rstd differ in their last bits between the paths (every id agreed). The picks' scores are summed in pick
+order and the rms pass's squares column by column, then by a fixed tree (`_pairwise_sum`). The tests hold
+the interpreter to the same bits and a GPU to a derived bound (tests/test_kernels_router_split.py).
 
 The logits GEMM keeps the reference's precision: for bf16 (or fp16) h and W every product is exact
 in fp32 and the tensor cores sum in fp32, as `F.linear(h.float(), W.float())` does; for fp32 inputs
@@ -53,7 +58,8 @@ from .launch import Launch, run
 NEG_INF = tl.constexpr(float("-inf"))
 BLOCK_T = 16  # tokens per program (tl.dot's smallest M)
 BLOCK_K = 32  # hidden features per step: the (E, BLOCK_K) weight tile, 16 KB in bf16 at E = 256
-NORM_K = tl.constexpr(32)  # hidden features per step of the rms pass: fixes its order of summation
+NORM_STEPS = tl.constexpr(5)  # halvings in the rms pass's sum of its (BLOCK_T, NORM_K) tile of squares
+NORM_K = tl.constexpr(2 ** NORM_STEPS.value)  # hidden features per step of the rms pass: fixes its order
 BLOCK_E = 16  # experts per program on the split path (tl.dot's smallest N)
 SPLIT_K = 256  # hidden features per step on the split path on a GPU: a (256, 16) bf16 tile of W^T, 8 KB
 SPLIT_MAX_T = 256  # the split path up to this many tokens (16 token blocks x 16 expert tiles at the mini)
@@ -64,8 +70,8 @@ def _add_rsqrt(x_ptr, res_ptr, s_ptr, tokens, t_ok, H, eps, stride_xt, stride_rt
                BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     """The residual stream s = x + res, rounded to x's dtype and stored for the tokens where `store`
     (BLOCK_T,) is true, and 1 / rms(s) per token (BLOCK_T,). BLOCK_K fixes the order of the squares' sum:
-    every caller passes NORM_K."""
-    sq = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    every caller passes NORM_K (= 2 ** NORM_STEPS)."""
+    sq = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32)  # one fp32 chain over k0 per column: elementwise
     for k0 in range(0, H, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         m = t_ok[:, None] & (ks < H)[None, :]
@@ -73,8 +79,19 @@ def _add_rsqrt(x_ptr, res_ptr, s_ptr, tokens, t_ok, H, eps, stride_xt, stride_rt
         r = tl.load(res_ptr + tokens[:, None] * stride_rt + ks[None, :], mask=m, other=0.0)
         s = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # one rounding, as `x + h` in torch
         tl.store(s_ptr + tokens[:, None] * stride_st + ks[None, :], s, mask=m & store[:, None])
-        sq += tl.sum(s.to(tl.float32) * s.to(tl.float32), axis=1)
-    return 1.0 / tl.sqrt(sq / H + eps)
+        sq += s.to(tl.float32) * s.to(tl.float32)
+    return 1.0 / tl.sqrt(_pairwise_sum(sq, NORM_STEPS) / H + eps)
+
+
+@triton.jit
+def _pairwise_sum(x, STEPS: tl.constexpr):
+    """(BLOCK_T, 2 ** STEPS) -> (BLOCK_T,): the sum of each row as a fixed tree (column 2i + column 2i + 1, then
+    again), so its bits do not depend on how the compiler lays the tile over threads, as `tl.sum`'s do: the
+    two router paths (and the interpreter) then round alike."""
+    for _ in tl.static_range(STEPS):
+        a, b = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = a + b
+    return tl.reshape(x, (x.shape[0],))
 
 
 @triton.jit
@@ -143,13 +160,16 @@ def _select(logits, bias_ptr, ids_ptr, weights_ptr, tokens, t_ok, slots, slot_ok
     ks = tl.arange(0, K_P2)[None, :]
     ids = tl.zeros((BLOCK_T, K_P2), dtype=tl.int64)
     w = tl.zeros((BLOCK_T, K_P2), dtype=tl.float32)
+    total = tl.zeros((BLOCK_T,), dtype=tl.float32)  # the picks' scores summed in pick order, not by `tl.sum`
     for k in tl.static_range(TOP_K):
         pick = tl.argmax(flat, axis=1)[:, None]  # (BLOCK_T, 1) slot
         chosen = slots[None, :] == pick
         ids = tl.where(ks == k, tl.sum(tl.where(chosen, expert[None, :], 0), axis=1)[:, None].to(tl.int64), ids)
-        w = tl.where(ks == k, tl.sum(tl.where(chosen, score, 0.0), axis=1)[:, None], w)
+        picked = tl.sum(tl.where(chosen, score, 0.0), axis=1)  # (BLOCK_T,) one term: exact in any order
+        w = tl.where(ks == k, picked[:, None], w)
+        total += picked
         flat = tl.where(chosen, NEG_INF, flat)
-    w = w / (tl.sum(w, axis=1)[:, None] + 1e-20) * scale
+    w = w / (total[:, None] + 1e-20) * scale
     if SHARED:  # column K: the shared expert, id E, weight 1 (`fused_moe.plan_fused_moe`)
         ids = tl.where(ks == TOP_K, N_GROUP * GROUP_SIZE, ids)
         w = tl.where(ks == TOP_K, 1.0, w)
