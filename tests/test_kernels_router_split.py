@@ -201,6 +201,8 @@ def test_the_path_is_chosen_from_the_token_count():
         h, weight, bias = torch.empty(T, 32), torch.empty(12, 32), torch.empty(12)
         launches = router_module().plan_route(h, weight, bias, 2, 4, 2, 1.0)[2]
         assert [launch.name for launch in launches] == names
+    select = router_module().plan_route(torch.empty(5, 32), weight, bias, 2, 4, 2, 1.0)[2][1]
+    assert select.grid == (5,) and select.meta["num_warps"] == 1  # the top-k: one token, one warp a program
 
 
 @needs_triton

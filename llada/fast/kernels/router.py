@@ -17,14 +17,15 @@ Two paths, chosen from T (`plan_route`), with the same bits:
     one program   T > SPLIT_MAX_T: grid (cdiv(T, 16),), `_route_kernel`; each program streams all of W
                   (1 MB at the mini's 256 x 2048 in bf16) in a serial K loop and selects in registers
     split         T <= SPLIT_MAX_T: `_route_logits_kernel` over (token blocks, E / 16 expert tiles) writes
-                  fp32 logits (T, E) to a scratch buffer, `_route_select_kernel` over token blocks reads
-                  them back into the slot layout and runs the same selection code
+                  fp32 logits (T, E) to a scratch buffer, `_route_select_kernel` over tokens (one each)
+                  reads them back into the slot layout and runs the same selection code
 
 Why the split: at decode, T <= 32, the one-program path is one or two programs (1 or 2 SMs of 132)
 streaming 1 MB each, 64 serial steps; an H200 timed it at 68 us at M = 1, 8 and 32, 63% of the FP8 MoE
 layer at M = 1. The split path's 16 programs per token block each stream 64 KB in 8 steps of 8 KB.
 Estimate, not measured: ~5-10 us for the logits (steps bound by latency, ~1 us each) plus ~3 us for the
 second launch and its gap, so ~10 us against 68, ~1.1 ms of the mini's 4.79 ms FP8 forward (19 MoE layers).
+Measured on an H200 since: 9.5-10.2 us for the logits, but 13.7-14.9 us for the top-k as it was (below).
 Why not split K too: a logit summed from K-chunk partials rounds differently from the serial chain, and
 the paths must agree bit for bit. Why a second launch rather than the last-arriving program selecting
 (an atomic counter per token block): a counter must start at zero on every replay, which needs either a
@@ -38,6 +39,18 @@ output in one kernel, a load's in the other): on an H200 that alone made the wei
 rstd differ in their last bits between the paths (every id agreed). The picks' scores are summed in pick
 order and the rms pass's squares column by column, then by a fixed tree (`_pairwise_sum`). The tests hold
 the interpreter to the same bits and a GPU to a derived bound (tests/test_kernels_router_split.py).
+
+The top-k launch runs one token per program in one warp (SELECT_BLOCK_T = 1, num_warps = 1). An H200
+timed it at 13.7 / 14.2 / 14.9 us at M = 1 / 8 / 32 when it held 16 tokens over 4 warps: its ~20
+reductions per block (per round an argmax and two sums, then the groups') each crossed warps through
+shared memory behind barriers. In one warp a reduction over a token's 256 slots is 8 values per thread and
+5 shuffles, and T tokens take T SMs; an id now comes from its slot by arithmetic (`_expert_of`, a
+reduction fewer per round) and a group's best score and its index from one pass. Estimate, not measured:
+~2-4 us alone (the launch and one load's latency), the router's two launches ~12-13 us at M <= 32.
+Not chosen: selecting in the logits launch's last-arriving program (a counter per token block that must
+be zero again after every graph replay, acq_rel atomics the interpreter cannot check); `tl.sort` over
+packed (score, index) keys (a bitonic network over 256 keys is ~36 compare-exchange stages against 8
+argmax rounds, and the groups must be ranked first anyway).
 
 The logits GEMM keeps the reference's precision: for bf16 (or fp16) h and W every product is exact
 in fp32 and the tensor cores sum in fp32, as `F.linear(h.float(), W.float())` does; for fp32 inputs
@@ -62,6 +75,7 @@ NORM_STEPS = tl.constexpr(5)  # halvings in the rms pass's sum of its (BLOCK_T, 
 NORM_K = tl.constexpr(2 ** NORM_STEPS.value)  # hidden features per step of the rms pass: fixes its order
 BLOCK_E = 16  # experts per program on the split path (tl.dot's smallest N)
 SPLIT_K = 256  # hidden features per step on the split path on a GPU: a (256, 16) bf16 tile of W^T, 8 KB
+SELECT_BLOCK_T = 1  # tokens per program of the split path's top-k: one token, one warp (the module doc)
 SPLIT_MAX_T = 256  # the split path up to this many tokens (16 token blocks x 16 expert tiles at the mini)
 
 
@@ -140,8 +154,14 @@ def _slots(N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, G_P2: tl.constexpr, 
     """The (G_P2 * S_P2,) slot layout: slot j = group j // S_P2, member j % S_P2, padded; its expert (< E)."""
     slots = tl.arange(0, G_P2 * S_P2)
     slot_ok = (slots // S_P2 < N_GROUP) & (slots % S_P2 < GROUP_SIZE)
-    expert = tl.where(slot_ok, (slots // S_P2) * GROUP_SIZE + slots % S_P2, 0)  # (SLOTS,) always < E
-    return slots, slot_ok, expert
+    return slots, slot_ok, _expert_of(slots, N_GROUP, GROUP_SIZE, S_P2)  # (SLOTS,) always < E
+
+
+@triton.jit
+def _expert_of(slot, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, S_P2: tl.constexpr):
+    """A slot's expert, as `_slots` maps it (a padding slot, picked only when every score is -inf: expert 0)."""
+    ok = (slot // S_P2 < N_GROUP) & (slot % S_P2 < GROUP_SIZE)
+    return tl.where(ok, (slot // S_P2) * GROUP_SIZE + slot % S_P2, 0)
 
 
 @triton.jit
@@ -164,7 +184,7 @@ def _select(logits, bias_ptr, ids_ptr, weights_ptr, tokens, t_ok, slots, slot_ok
     for k in tl.static_range(TOP_K):
         pick = tl.argmax(flat, axis=1)[:, None]  # (BLOCK_T, 1) slot
         chosen = slots[None, :] == pick
-        ids = tl.where(ks == k, tl.sum(tl.where(chosen, expert[None, :], 0), axis=1)[:, None].to(tl.int64), ids)
+        ids = tl.where(ks == k, _expert_of(pick, N_GROUP, GROUP_SIZE, S_P2).to(tl.int64), ids)  # no reduction
         picked = tl.sum(tl.where(chosen, score, 0.0), axis=1)  # (BLOCK_T,) one term: exact in any order
         w = tl.where(ks == k, picked[:, None], w)
         total += picked
@@ -247,8 +267,7 @@ def _route_select_kernel(part_ptr, bias_ptr, ids_ptr, weights_ptr, T, scale,
 def _kept_groups(biased, G_P2: tl.constexpr, TOPK_GROUP: tl.constexpr):
     """(BLOCK_T, G_P2, S_P2) biased scores -> bool (BLOCK_T, G_P2): the TOPK_GROUP groups whose two best
     scores sum highest (ties to the lower group)."""
-    best = tl.max(biased, axis=2)
-    first = tl.argmax(biased, axis=2)
+    best, first = tl.max(biased, axis=2, return_indices=True, return_indices_tie_break_left=True)  # one pass
     s = tl.arange(0, biased.shape[2])[None, None, :]
     second = tl.max(tl.where(s == first[:, :, None], NEG_INF, biased), axis=2)
     group_score = best + second  # (BLOCK_T, G_P2)
@@ -307,9 +326,9 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
                             *weight.stride(), part.stride(0), res.stride(0), s_out.stride(0), n_out.stride(0)),
                            dict(BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E, BLOCK_K=step, LOW_PRECISION_IN=low,
                                 ADD_NORM=norm is not None, num_warps=4, num_stages=3)),
-                    Launch(_route_select_kernel, (blocks,),
+                    Launch(_route_select_kernel, (triton.cdiv(T, SELECT_BLOCK_T),),
                            (part, bias, ids, weights, T, float(scale), part.stride(0), *ids.stride(),
-                            *weights.stride()), select | dict(num_warps=4, num_stages=1))]
+                            *weights.stride()), select | dict(BLOCK_T=SELECT_BLOCK_T, num_warps=1, num_stages=1))]
     else:
         launches = [Launch(_route_kernel, (blocks,),
                            (h, weight, bias, ids, weights, res, nw, s_out, n_out, T, H, float(scale), float(eps),
