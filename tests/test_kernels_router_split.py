@@ -201,8 +201,24 @@ def test_the_path_is_chosen_from_the_token_count():
         h, weight, bias = torch.empty(T, 32), torch.empty(12, 32), torch.empty(12)
         launches = router_module().plan_route(h, weight, bias, 2, 4, 2, 1.0)[2]
         assert [launch.name for launch in launches] == names
-    select = router_module().plan_route(torch.empty(5, 32), weight, bias, 2, 4, 2, 1.0)[2][1]
-    assert select.grid == (5,) and select.meta["num_warps"] == 1  # the top-k: one token, one warp a program
+
+@needs_triton
+def test_the_top_k_runs_a_token_a_program_and_gives_the_same_bits_so(monkeypatch):
+    """On a GPU one token, one warp a program; the interpreter runs 16 tokens a program (its programs are
+    slow) unless told otherwise: the bits are the same either way (every reduction is row by row)."""
+    router = router_module()
+    h, weight, bias, residual, norm_w = inputs(5, seed=13)
+    for interpret, tokens in ((False, router.SELECT_BLOCK_T), (True, router.INTERPRETED_SELECT_BLOCK_T)):
+        monkeypatch.setattr(router.knobs.runtime, "interpret", interpret)  # the plan alone: nothing runs here
+        select = router.plan_route(h, weight, bias, 8, 8, 4, 2.5)[2][1]
+        assert select.grid == (-(-5 // tokens),) and select.meta["BLOCK_T"] == tokens
+        assert select.meta["num_warps"] == 1
+    monkeypatch.undo()
+    if DEVICE.type == "cpu":
+        with monkeypatch.context() as m:
+            m.setattr(router, "INTERPRETED_SELECT_BLOCK_T", router.SELECT_BLOCK_T)
+            alone = both_paths(h, weight, bias, MINI, True, (residual, norm_w, 1e-6))[1]
+        assert_same_bits(alone, both_paths(h, weight, bias, MINI, True, (residual, norm_w, 1e-6))[1])
 
 
 @needs_triton

@@ -76,6 +76,7 @@ NORM_K = tl.constexpr(2 ** NORM_STEPS.value)  # hidden features per step of the 
 BLOCK_E = 16  # experts per program on the split path (tl.dot's smallest N)
 SPLIT_K = 256  # hidden features per step on the split path on a GPU: a (256, 16) bf16 tile of W^T, 8 KB
 SELECT_BLOCK_T = 1  # tokens per program of the split path's top-k: one token, one warp (the module doc)
+INTERPRETED_SELECT_BLOCK_T = 16  # under the interpreter (~0.1 s a program there): the same bits, row by row
 SPLIT_MAX_T = 256  # the split path up to this many tokens (16 token blocks x 16 expert tiles at the mini)
 
 
@@ -317,6 +318,7 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
     select = dict(N_GROUP=n_group, GROUP_SIZE=E // n_group, TOPK_GROUP=topk_group, TOP_K=top_k, G_P2=g_p2, S_P2=s_p2,
                   K_P2=triton.next_power_of_2(cols), BLOCK_T=BLOCK_T, SHARED=bool(shared))
     blocks = triton.cdiv(T, BLOCK_T)
+    select_t = INTERPRETED_SELECT_BLOCK_T if knobs.runtime.interpret else SELECT_BLOCK_T
     if split if split is not None else T <= SPLIT_MAX_T:
         part = torch.empty(T, E, dtype=torch.float32, device=h.device)  # (T, E) fp32 logits between the launches
         # the interpreter's dots are numpy products: its sums match the one-program path's only step for step
@@ -326,9 +328,9 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
                             *weight.stride(), part.stride(0), res.stride(0), s_out.stride(0), n_out.stride(0)),
                            dict(BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E, BLOCK_K=step, LOW_PRECISION_IN=low,
                                 ADD_NORM=norm is not None, num_warps=4, num_stages=3)),
-                    Launch(_route_select_kernel, (triton.cdiv(T, SELECT_BLOCK_T),),
+                    Launch(_route_select_kernel, (triton.cdiv(T, select_t),),
                            (part, bias, ids, weights, T, float(scale), part.stride(0), *ids.stride(),
-                            *weights.stride()), select | dict(BLOCK_T=SELECT_BLOCK_T, num_warps=1, num_stages=1))]
+                            *weights.stride()), select | dict(BLOCK_T=select_t, num_warps=1, num_stages=1))]
     else:
         launches = [Launch(_route_kernel, (blocks,),
                            (h, weight, bias, ids, weights, res, nw, s_out, n_out, T, H, float(scale), float(eps),
