@@ -2,7 +2,7 @@
 
 Per M (tokens in the call; the mini shape: H 2048, I 512, 256 experts, top-8 in 4 of 8 groups):
 
-    layer      router logits + top-k + sort + quantize + gate/up + down + k-sum (the 7 launches)
+    layer      router logits + top-k + sort + quantize + gate/up + down + k-sum (8 launches; 7 above 256 tokens)
     gemm       the gate/up and down GEMMs alone, on the same routed pairs
     reference  `llada.model.Experts` in bf16 (loop over touched experts) on the same routing
     grouped_mm `torch._grouped_mm` in bf16 (two grouped GEMMs), where this PyTorch and GPU have it
@@ -101,8 +101,8 @@ def route_reference(x: torch.Tensor, layer: Layer, shape: dict) -> tuple[torch.T
 
 
 def fused_plan(x: torch.Tensor, layer: Layer, shape: dict, config=None) -> tuple[torch.Tensor, list, list]:
-    """The output buffer, the layer's launches (7 in FP8, 5 or 6 in bf16) and its GEMM launches (gate/up,
-    SiLU·mul, down)."""
+    """The output buffer, the layer's launches (8 in FP8 up to 256 tokens, 7 above) and its GEMM launches
+    (gate/up, SiLU·mul, down)."""
     from ..fast.kernels import fused_moe, router
 
     ids, weights, routing, _ = router.plan_route(x, layer.router_w, layer.bias, shape["top_k"], shape["n_group"],
