@@ -79,14 +79,14 @@ def test_a_lesson_names_its_model_and_the_recorder_loads_it(tmp_path):
     data = record.record_file(DEFAULT_MODEL, out, (indel,))
     (made,) = data["lessons"]
     assert (made["model"], made["model_dir"]) == ("llada2.2-cpu-moe", "assets/model22")
-    assert data["model"] == "llada2-cpu-moe"  # the file's default model
+    assert data["model"] == "llada2-lease-moe"  # the file's default model
     (rec,) = lessons.load_recordings(out).values()
     assert rec.runs[0].model == "llada2.2-cpu-moe" and rec.runs[0].inserts >= 1
 
 
 def test_a_lesson_whose_runs_name_another_model_is_refused(by_idea):
-    d = {"title": "x", "model": "llada2-cpu-moe", "runs": [by_idea["indel"].runs[0].to_dict()]}
-    with pytest.raises(ValueError, match="names model 'llada2-cpu-moe' but its runs were made by"):
+    d = {"title": "x", "model": "llada2-lease-moe", "runs": [by_idea["indel"].runs[0].to_dict()]}
+    with pytest.raises(ValueError, match="names model 'llada2-lease-moe' but its runs were made by"):
         Recording.from_dict(d)
 
 
