@@ -37,9 +37,9 @@ def test_the_heal_lesson_pokes_a_verified_answer_and_an_edit_writes_it_back(by_i
     assert healed_at(t) == step + 1 and t.text == draft.text  # the next forward edits it back: the same answer
     assert t.tokens_at(step)[poke.pos] == poke.token != poke.old
     line = narrate(t, step)
-    assert "block 0 is verified and final; then, from outside the model, a poke: position 16 'zel' → 'comp'" in line
+    assert "is verified and final; then, from outside the model, a poke: position 21 'el' → 'comp'" in line
     assert "block 0 is open again" in line
-    assert "changed 'comp' → 'zel'" in narrate(t, step + 1) and "poked after step 2" in narrate(t, step + 1)
+    assert "changed 'comp' → 'el'" in narrate(t, step + 1) and f"poked after step {step}" in narrate(t, step + 1)
     assert Recording.run_name(t) == "S + poke" and "pokes 1" in learn.stats_html(rec)
 
 
@@ -126,7 +126,8 @@ def test_repair_bench_runs_a_few_trials(tmp_path, capsys):
     assert all(f["trials"] == 4 and 0 <= f["repaired"] <= 4 for f in finished.values())
     assert {task: c["trials"] for task, c in finished["Q"]["by_task"].items()} == {"add": 2, "rename": 2}
     assert finished["editing off"]["repaired"] == 0  # without T2T a written token never changes
-    assert report["results"]["settings"]["Q"]["tau_edit"] == 0.5
+    shipped_q = json.loads((DEFAULT_MODEL / "presets.json").read_text())["Q"]
+    assert report["results"]["settings"]["Q"]["tau_edit"] == shipped_q["editing_threshold"]  # the model's own Q
     assert report["results"]["earlier_block"]["MBE off"]["repaired"] == 0  # a finished block is frozen
     assert json.loads(capsys.readouterr().out) == report
 
