@@ -52,16 +52,16 @@ def _rows_per_forward(pipe, monkeypatch) -> list[int]:
 
 def _rows_per_step(monkeypatch) -> list[int]:
     """Rows served by every step of a BatchDecoder from now on (a memo may leave the model fewer to compute)."""
-    from llada import decode
+    from llada.decode import batch
 
     calls: list[int] = []
-    real = decode.run_forwards
+    real = batch.run_forwards
 
     def counted(runs, *args, **kwargs):
         calls.append(len(runs))
         return real(runs, *args, **kwargs)
 
-    monkeypatch.setattr(decode, "run_forwards", counted)
+    monkeypatch.setattr(batch, "run_forwards", counted)
     return calls
 
 

@@ -78,3 +78,24 @@ def test_tuner_skips_what_does_not_fit_the_gpu_and_never_crashes(tmp_path, monke
     nothing = dataclasses.replace(l4, smem=4096)  # a device where not even the default fits: said, no crash
     row = kernels.tune_tokens(1, layer, shape, 1, None, nothing)
     assert row["config"] is None and "fits 4096 B of shared memory" in row["untimed"]
+
+
+def test_the_grouped_mm_baseline_is_skipped_only_when_the_op_refuses(monkeypatch):
+    """A missing op or one that refuses the device gives a reason; any other error is not taken for one."""
+    cpu = torch.device("cpu")
+    assert kernels.grouped_mm_refusal(cpu) is None  # this PyTorch runs it on CPU
+
+    def refuses(*args, **kwargs):
+        raise NotImplementedError("Could not run 'aten::_grouped_mm' with arguments from the 'CPU' backend.\nmore")
+
+    monkeypatch.setattr(torch, "_grouped_mm", refuses)
+    assert kernels.grouped_mm_refusal(cpu) == "Could not run 'aten::_grouped_mm' with arguments from the 'CPU' backend."
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug, not a refusal")
+
+    monkeypatch.setattr(torch, "_grouped_mm", broken)
+    with pytest.raises(TypeError):
+        kernels.grouped_mm_refusal(cpu)
+    monkeypatch.delattr(torch, "_grouped_mm")
+    assert "has no torch._grouped_mm" in kernels.grouped_mm_refusal(cpu)

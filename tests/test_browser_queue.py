@@ -43,7 +43,7 @@ def test_a_run_clicked_while_both_slots_are_busy_shows_its_place_in_the_queue(br
     page.click("#generate")
     page.wait_for_function("/queue: 1\\/\\d/.test(document.body.innerText)", timeout=60_000)
     waited_while_busy = sum(not j.done() for j in longs) == DECODE_CONCURRENCY
+    for job in longs:  # seen: the long runs stop at their next frame (not 1,000 tokens each) and free the slots
+        job.cancel()
     page.wait_for_function("/^(done|stopped)/.test(document.querySelector('#stats').innerText)", timeout=600_000)
-    for job in longs:
-        job.result(timeout=600)
     assert waited_while_busy  # the queue status was shown while both slots were taken

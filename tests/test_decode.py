@@ -153,6 +153,38 @@ def test_a_run_can_be_stepped_from_several_threads(ref_model, golden):
     assert errors == [] and trace.output_ids == expect.output_ids
 
 
+def test_every_step_runs_in_inference_mode_whichever_thread_resumes_it(ref_model, golden, monkeypatch):
+    """Inference mode is a per-thread flag: a run started on one thread and resumed on fresh ones (as Gradio
+    steps its generators) still runs all of its work in it, the loop's own code between two forwards included
+    (the EOS check after each finished block), and never records autograd history."""
+    from llada import loop
+
+    case = golden["generate"][0]
+    seen, eos_stop, forward_rows = [], loop._eos_stop, ref_model.forward_rows
+
+    def probe(where):
+        mode, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+        seen.append((where, threading.current_thread().name, mode, grad))
+
+    monkeypatch.setattr(loop, "_eos_stop", lambda run, block: probe("loop") or eos_stop(run, block))
+    monkeypatch.setattr(ref_model, "forward_rows", lambda rows: probe("forward") or forward_rows(rows))
+    stream = decode(ref_model, case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
+    records = [next(stream)]  # started here, then every other record pulled on a thread of its own
+    while records[-1] is not None:
+        t = threading.Thread(target=lambda: records.append(next(stream, None)))
+        t.start()
+        t.join()
+    assert not torch.is_inference_mode_enabled()  # left on this thread once its step returned
+    assert {where for where, *_ in seen} == {"loop", "forward"}
+    assert len({thread for where, thread, *_ in seen if where == "loop"}) > 1  # resumed on other threads (names
+    # are unique, unlike idents a joined thread hands on)
+    assert [(where, mode, grad) for where, _, mode, grad in seen if not mode or grad] == []
+    trace = Trace(case["prompt_ids"], case_config(case), golden["mask_id"], golden["eos_id"])
+    for record in records[:-1]:
+        trace.add(record)
+    assert trace.output_ids == case["output_ids"]
+
+
 def test_two_runs_interleave_in_one_thread(ref_model, golden):
     a, b = golden["generate"][0], golden["generate"][5]
     streams = [decode(ref_model, c["prompt_ids"], case_config(c), golden["mask_id"], golden["eos_id"]) for c in (a, b)]

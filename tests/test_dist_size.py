@@ -48,10 +48,16 @@ def test_the_command_prints_the_table_or_json(capsys):
         main(["--tokens", "0"])
 
 
-def test_int8_is_not_sized_across_ranks():
+def test_int8_across_ranks_divides_only_the_routed_experts():
+    from llada.weights.memory import routed_int8_bytes
+
     flash = ModelConfig.from_dict(replica_config("flash"))
-    with pytest.raises(ValueError, match="int8 weights are sized for one process"):
-        weight_bytes(flash, torch.bfloat16, "int8", world=2)
+    whole, half = weight_bytes(flash, torch.bfloat16, "int8"), weight_bytes(flash, torch.bfloat16, "int8", world=2)
+    assert whole - half == routed_int8_bytes(flash) // 2  # a rank holds half the int8 experts, all the rest
+    parts = flash.parameter_counts()
+    rows = (flash.num_hidden_layers - flash.first_k_dense_replace) * flash.num_experts * (
+        2 * flash.moe_intermediate_size + flash.hidden_size)
+    assert routed_int8_bytes(flash) == parts["routed_experts"] + 2 * rows  # a byte a weight, a bf16 scale a row
 
 
 def test_the_docs_show_the_table_the_command_prints(capsys):

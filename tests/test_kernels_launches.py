@@ -17,8 +17,9 @@ from llada.fast.quantize import FP8Experts, FusedRouter
 
 needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-ROUTED_LAUNCHES = ["_route_kernel", "_align_kernel", "_act_kernel", "_up_kernel", "_silu_kernel", "_down_kernel",
-                   "_ksum_kernel"]  # router + top-k, sort, quantize x, gate/up, SiLU·mul + FP8, down, k-sum
+ROUTED_LAUNCHES = ["_route_logits_kernel", "_route_select_kernel", "_align_kernel", "_act_kernel", "_up_kernel",
+                   "_silu_kernel", "_down_kernel", "_ksum_kernel"]
+# at decode sizes: router logits over expert tiles, top-k, sort, quantize x, gate/up, SiLU·mul + FP8, down, k-sum
 # bf16 experts without split-K: nothing to quantize, SiLU·mul in the gate/up GEMM's epilogue
 BF16_LAUNCHES = [n for n in ROUTED_LAUNCHES if n not in ("_act_kernel", "_silu_kernel")]
 
@@ -44,12 +45,22 @@ def routed(moe: MoE, h: torch.Tensor) -> torch.Tensor:
 
 
 @needs_triton
-def test_routed_moe_is_seven_kernels_and_no_sync():
+def test_routed_moe_is_eight_kernels_and_no_sync():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
     with torch.no_grad(), count_launches() as count:
         routed(moe, h)
     assert count.triton == ROUTED_LAUNCHES
     assert count.aten == [] and count.syncs == []  # no fills, casts or copies between the kernels
+
+
+@needs_triton
+def test_many_tokens_route_in_one_launch():
+    from llada.fast.kernels.router import SPLIT_MAX_T
+
+    moe, h = moe_layer(fused=True), torch.randn(SPLIT_MAX_T + 1, 96, device=DEVICE)
+    with torch.no_grad(), count_launches() as count:
+        moe.gate(h)
+    assert count.triton == ["_route_kernel"] and count.aten == [] and count.syncs == []
 
 
 @needs_triton
@@ -59,7 +70,7 @@ def test_whole_moe_layer_adds_only_the_shared_expert():
         moe(h)
     assert count.triton == ROUTED_LAUNCHES
     assert sorted(count.aten) == ["add", "mm", "mm", "mm", "mul", "silu"]  # shared SwiGLU, then routed + shared
-    assert count.total == 13 and count.syncs == []
+    assert count.total == 14 and count.syncs == []
 
 
 def test_reference_layer_syncs_and_launches_many():
@@ -71,7 +82,7 @@ def test_reference_layer_syncs_and_launches_many():
 
 
 @needs_triton
-def test_bf16_routed_moe_is_five_kernels_and_no_sync():
+def test_bf16_routed_moe_is_six_kernels_and_no_sync():
     from llada.fast.engine import FusedExperts
 
     moe, h = moe_layer(fused=False), torch.randn(7, 96, device=DEVICE)
@@ -83,7 +94,7 @@ def test_bf16_routed_moe_is_five_kernels_and_no_sync():
 
 
 @needs_triton
-def test_bf16_moe_layer_runs_its_shared_expert_in_the_same_five_kernels():
+def test_bf16_moe_layer_runs_its_shared_expert_in_the_same_six_kernels():
     from llada.fast.layers import FusedExperts, FusedMoE
     from llada.fast.kernels.fused_norm import FusedSwiGLU
 
@@ -145,7 +156,7 @@ def test_counter_ignores_views_and_counts_launch_records():
 
 @pytest.mark.gpu(reason="the CUDA profiler counts device kernels on a GPU")
 @needs_triton
-def test_profiler_sees_the_same_eight_kernels():
+def test_profiler_sees_the_same_routed_kernels():
     moe, h = moe_layer(fused=True), torch.randn(7, 96, device=DEVICE)
     with torch.no_grad():
         routed(moe, h)  # compile first

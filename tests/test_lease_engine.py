@@ -62,3 +62,18 @@ def test_the_gate_takes_the_reference_own_spread_into_account():
     assert spread_ok(row(0.073, 0.07))  # the H200's 0.103 fast vs reference, split evenly: as good as the reference
     assert not spread_ok(row(0.5, 0.07))  # much worse than the reference's own rounding
     assert spread_ok(row(SPREAD_EPS / 2, 0.0)) and not spread_ok(row(2 * SPREAD_EPS, 0.0))  # fp32 runs: the floor
+
+
+def test_forward_bytes_counts_bf16_experts_as_experts():
+    from llada.bench.forward import forward_bytes
+
+    (bf16, cache, block), (fp8, fp8_cache, _) = _model_and_block(torch.bfloat16), _model_and_block(torch.bfloat16, True)
+    a, b = forward_bytes(bf16, block, cache, 16), forward_bytes(fp8, block, fp8_cache, 16)
+    assert a["non_expert_weights"] == b["non_expert_weights"]  # the same attention, norms, routers, shared experts
+    cfg = bf16.config
+    moe_layers = sum(hasattr(layer.mlp, "experts") for layer in bf16.layers)
+    every_expert = moe_layers * cfg.num_experts * 3 * cfg.hidden_size * cfg.moe_intermediate_size * 2  # bf16 bytes
+    share = a["experts_touched_per_layer"] / cfg.num_experts
+    assert abs(a["routed_experts_touched"] - every_expert * share) <= every_expert * 0.06  # the share is rounded
+    assert a["routed_experts_touched"] > b["routed_experts_touched"] > 0  # FP8: a byte a weight, plus scales
+    assert a["total"] == a["non_expert_weights"] + a["routed_experts_touched"] + a["kv_cache"]

@@ -59,11 +59,12 @@ def test_a_tune_cut_short_keeps_the_token_counts_it_finished(tmp_path, monkeypat
     assert row["tokens"] == 1 and row["config"]["up_stages"] == 5
 
 
-def test_moe_launches_dry_run_times_each_of_the_seven_launches(monkeypatch):
+def test_moe_launches_dry_run_times_each_of_the_eight_launches(monkeypatch):
     monkeypatch.setattr(lease_launches, "TOKENS", (1,))  # one M keeps CI short; the step runs 1, 8, 32
     report = lease_launches.launches_step(dry_run=True)
     [row] = report["rows"]
-    assert [r["part"] for r in row["launches"]] == ["router", "sort", "quantize", "up", "silu", "down", "k-sum"]
+    parts = ["router", "top-k", "sort", "quantize", "up", "silu", "down", "k-sum"]
+    assert [r["part"] for r in row["launches"]] == parts
     assert all(r["alone_us"] > 0 and r["in_order_us"] > 0 for r in row["launches"])
     assert row["in_order_sum_us"] == pytest.approx(sum(r["in_order_us"] for r in row["launches"]), abs=0.1)
     assert len(report["figures"]) == 2 and all(f["ok"] is None for f in report["figures"])  # a CPU judges nothing
@@ -127,3 +128,47 @@ def test_moe_launches_is_a_lease_engine_step(tmp_path):
     done = subprocess.run([sys.executable, "-m", "llada.bench.lease_engine", "nope", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "moe-launches" in done.stderr
+
+
+CHECK_BUDGET = 200  # `--plan check --budget 200`: what a short slot's ~320 s leaves after a fresh machine starts
+LAST_LEASE_S = {"self-check": 27, "moe-launches": 10, "forward-fp8": 25.4, "forward-bf16": 20.5}  # H200 seconds
+
+
+def test_check_plan_fits_its_budget_on_the_last_leases_timings(tmp_path):
+    parts = lease.PLANS["check"](tmp_path, False)
+    assert [p.name for p in parts] == ["self-check", "tests", "moe-launches", "forward-fp8", "forward-bf16"]
+    assert sum(p.cap_s for p in parts) + FIRST_PREFLIGHT_S + lease.PACK_S <= CHECK_BUDGET  # every cap honoured
+    for part in parts:
+        assert LAST_LEASE_S.get(part.name, 0) * 1.2 <= part.cap_s, part.name  # each step's time with room
+    files = sorted(f for argv in parts[1].argvs for f in argv if f.startswith("tests/"))
+    assert files == sorted(lease.CHECK_TESTS)  # one pytest -n 8 where xdist is installed, else a few
+    assert all((lease.ROOT / f.split("::")[0]).exists() for f in lease.CHECK_TESTS + lease.DRY_CHECK_TESTS)
+    steps = [p.argvs[0][2:4] for p in parts if p.name != "tests"]
+    assert steps == [["llada.bench.lease_engine", name] for name in
+                     ("self-check", "moe-launches", "forward-fp8", "forward-bf16")]
+    assert all("--dry-run" not in a for p in parts for a in p.argvs)
+
+
+def test_the_preflight_names_the_tuned_table_the_kernels_read():
+    from llada.bench.preflight import tuned_table
+
+    assert tuned_table("NVIDIA H200") == "llada/fast/kernels/tuned/nvidia-h200.json"  # the check's GPU
+    assert (lease.ROOT / tuned_table("NVIDIA H200")).exists()
+    assert tuned_table("NVIDIA A100-SXM4-80GB") is None  # no table: `configs.default_config`
+
+
+def test_check_dry_run_stays_within_budget_and_the_return_limits(tmp_path):
+    budget = 100  # the CPU runs the interpreter: the later parts time out or are skipped, within the budget
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "llada.bench", "lease", "--plan", "check", "--dry-run",
+                          "--budget", str(budget), "--out", str(tmp_path)], cwd=lease.ROOT, capture_output=True,
+                         text=True, timeout=budget + 60)
+    assert time.monotonic() - start < budget + 15, run.stderr[-2000:]  # the interpreter's start-up aside
+    files = list(tmp_path.iterdir())
+    assert 2 <= len(files) <= 8 and all(f.stat().st_size <= lease.FILE_LIMIT for f in files)
+    summary = json.loads((tmp_path / lease.SUMMARY).read_text())
+    assert summary["plan"] == "check" and summary["elapsed_s"] <= budget and summary["preflight"]["ok"]
+    names = [p["name"] for p in summary["parts"]]
+    assert names == ["preflight", "self-check", "tests", "moe-launches", "forward-fp8", "forward-bf16"]
+    assert not [p for p in summary["parts"] if p["status"] == "failed"], run.stderr[-3000:]
+    assert summary["parts"][1]["status"] == "ok"  # the self-check, first: it always fits

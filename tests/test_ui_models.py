@@ -95,6 +95,20 @@ def test_flash_is_offered_in_fp8_where_only_fp8_fits(tmp_path):
     assert not zero.offered and "98.7 GiB in bfloat16 with fp8 experts but cuda has 70.0 GiB" in zero.withheld[0].reason
 
 
+def test_a_group_offers_quantized_experts_where_only_they_fit_a_rank(tmp_path):
+    """Across ranks (`torchrun ... app.py`) the loader splits quantized experts too: sized by one rank's share."""
+    flash, mini = tmp_path / "flash", tmp_path / "mini"
+    for root, config in ((flash, replica_config("mini", **FLASH)), (mini, replica_config("mini"))):
+        root.mkdir()
+        (root / "config.json").write_text(json.dumps(config))  # no weights at all
+    h100s = m.Models([("flash", str(flash))], rt=m.Runtime("cuda", "cuda", 79.6 * GIB, fp8=True), world=2)
+    (offered,) = h100s.offered  # bf16 needs 98.6 GiB per rank of 2: FP8 experts, 52.2
+    assert offered.quantize == "fp8" and offered.note.endswith("52.16 GiB per rank of 2")
+    cpus = m.Models([("mini", str(mini))], rt=CPU16, world=2)
+    (offered,) = cpus.offered  # bf16 needs about 16 GiB per rank of 2: int8, 8.6
+    assert offered.quantize == "int8" and offered.note.endswith("8.64 GiB per rank of 2")
+
+
 def test_an_fp8_checkpoint_is_sized_in_fp8_and_withheld_on_a_gpu_without_it(tmp_path, tiny_model_dir):
     from llada.weights.fp8_checkpoint import convert
 

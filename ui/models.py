@@ -168,27 +168,25 @@ def check_model(name: str, path: str, rt: Runtime, room: int | None, world: int 
 def _sized(cfg, dtype, rt: Runtime, room: int | None, stored: str | None,
            world: int = 1) -> tuple[str | None, str | None]:
     """(quantize, why not): as saved; FP8 experts on an FP8 GPU or int8 on the CPU where only they fit; why it
-    cannot load. Across ranks (`world` > 1) as saved only: the loader splits no quantized experts."""
+    cannot load. Across ranks (`world` > 1) the same, sized by one rank's share (its slice of the experts)."""
     from llada.weights import memory
-
-    if world > 1:
-        return stored, memory.does_not_fit(cfg, dtype, rt.device, stored, room=room, world=world)
 
     if stored == "fp8" and rt.kind != "cpu" and not rt.fp8:
         return "fp8", "an FP8 checkpoint needs a GPU of compute capability 8.9 or later"
     if stored == "int8" and rt.kind != "cpu":
         return "int8", "an int8 checkpoint runs on the CPU (PyTorch's CPU int8 kernel)"
-    why = memory.does_not_fit(cfg, dtype, rt.device, stored, room=room)
+    why = memory.does_not_fit(cfg, dtype, rt.device, stored, room=room, world=world)
     if not why or stored:
         return stored, why
     if rt.kind == "cpu":
-        if memory.auto_quantize(cfg, "cpu", room=room) == "int8":
+        if memory.auto_quantize(cfg, "cpu", room=room, world=world) == "int8":
             return "int8", None
-        need = memory.weight_bytes(cfg, memory.default_dtype(cfg, "cpu", "int8"), "int8") / memory.GIB
-        return None, f"{why}; with int8 weights they need {need:.1f} GiB, still too much"
+        need = memory.weight_bytes(cfg, memory.default_dtype(cfg, "cpu", "int8"), "int8", world) / memory.GIB
+        per_rank = " per rank" if world > 1 else ""
+        return None, f"{why}; with int8 weights they need {need:.1f} GiB{per_rank}, still too much"
     if not rt.fp8:
         return None, why
-    why_fp8 = memory.does_not_fit(cfg, dtype, rt.device, "fp8", room=room)
+    why_fp8 = memory.does_not_fit(cfg, dtype, rt.device, "fp8", room=room, world=world)
     return ("fp8", None) if why_fp8 is None else (None, why_fp8)  # its sizes say "with fp8 experts"
 
 

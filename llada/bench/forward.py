@@ -74,14 +74,26 @@ def prefill(model: LLaDA2MoE, prefix: int, block: int, generator: torch.Generato
 
 def forward_bytes(model: LLaDA2MoE, block_ids: torch.Tensor, cache, prefix: int) -> dict:
     """Bytes one cached forward reads: non-expert weights, touched experts (measured), KV cache."""
-    experts = [m for m in model.modules() if isinstance(m, FP8Experts)]
-    expert_params = sum(b.numel() * b.element_size() for m in experts for b in m.buffers())
-    other = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "word_embeddings" not in n)
+    routed = _routed_expert_tensors(model)
+    expert_params = sum(t.numel() * t.element_size() for t in routed.values())
+    other = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                if "word_embeddings" not in n and p.data_ptr() not in routed)
     touched = _touched_fraction(model, block_ids, prefix, cache)
     kv = 2 * cache.k[:, :, :, :prefix + block_ids.shape[1]].numel() * cache.k.element_size()
     return {"non_expert_weights": other, "routed_experts_touched": int(expert_params * touched),
             "kv_cache": kv, "experts_touched_per_layer": round(touched * model.config.num_experts, 1),
             "total": other + int(expert_params * touched) + kv}
+
+
+def _routed_expert_tensors(model: LLaDA2MoE) -> dict[int, torch.Tensor]:
+    """Every MoE layer's routed-expert weights by address, whatever holds them: bf16 parameters (`Experts`,
+    the fast engine's `FusedExperts`) or FP8 buffers with their scales (`FP8Experts`); not the shared expert."""
+    out = {}
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] == "experts" or isinstance(module, FP8Experts):
+            for t in [*module.parameters(), *module.buffers()]:
+                out[t.data_ptr()] = t
+    return out
 
 
 def _touched_fraction(model: LLaDA2MoE, block_ids, prefix: int, cache) -> float:

@@ -1,6 +1,6 @@
 """One command that spends a short GPU lease in full and brings everything back in a few files.
 
-    python -m llada.bench lease --budget SECONDS --out DIR [--plan engine|train|both] [--dry-run]
+    python -m llada.bench lease --budget SECONDS --out DIR [--plan engine|train|both|next|check] [--dry-run]
 
 A preflight first (`llada.bench.preflight`: versions, the GPU, one Triton kernel compiled and run; a
 broken stack fails there in seconds and nothing else is started). Then the plan's parts in order, each
@@ -22,8 +22,10 @@ DIR only ever holds at most eight files, each under 16 MiB (what a lease brings 
 
 Plans: `engine` (the checks, the mini's forwards, the MoE layer, decode, a compact tune, the GPU tests),
 `train` (training alone), `both` (the engine's parts on tighter caps, without the tune, with training
-after the bf16 forward) and `next` (the second lease: self-check, the GPU tests, the tune at M = 32, 8, 1
-with pipelines up to 6 stages deep, the MoE layer launch by launch, then training for what is left).
+after the bf16 forward), `next` (the second lease: self-check, the GPU tests, the tune at M = 32, 8, 1
+with pipelines up to 6 stages deep, the MoE layer launch by launch, then training for what is left) and
+`check` (~200 s: self-check, the router and MoE kernel tests, the MoE layer launch by launch, the mini
+forward in FP8 and bf16; `--budget 200` on a fresh H200).
 
 The parts' own files live in a scratch folder until the end. `--dry-run` runs the same parts on the CPU
 with tiny shapes and the Triton kernels under TRITON_INTERPRET=1: what CI checks.
@@ -159,7 +161,30 @@ def next_plan(work: Path, dry_run: bool) -> list[Part]:
     return parts + [train_part(work, dry_run, cap_s=480)]
 
 
-PLANS = {"engine": engine_parts, "train": train_plan, "both": both_plan, "next": next_plan}
+CHECK_TESTS = ["tests/test_kernels_routing.py", "tests/test_kernels_router_split.py", "tests/test_kernels_moe.py",
+               "tests/test_kernels_launches.py"]  # the router, routing, fused MoE and launch-count tests
+# seconds, in order; the last lease's H200 took 27 s, 10 s, 25 s and 21 s for the steps, 10 s for the preflight
+CHECK_CAPS = {"self-check": 35, "tests": 50, "moe-launches": 25, "forward-fp8": 40, "forward-bf16": 30}
+
+
+def check_plan(work: Path, dry_run: bool) -> list[Part]:
+    """A short check (~200 s with the preflight): the MoE layer against the reference, the router and MoE
+    kernel tests compiled on this GPU, the FP8 MoE layer launch by launch, the mini forward in FP8 and bf16.
+    On an H200 the kernels read the tuned table `llada/fast/kernels/tuned/nvidia-h200.json` (the preflight's
+    `tuned_table` says which table, if any, this GPU has)."""
+    engine = {p.name: p for p in engine_parts(work, dry_run)}
+    engine["tests"] = Part("tests", "the router, routing, fused MoE and launch tests compiled on this GPU",
+                           test_commands(DRY_CHECK_TESTS if dry_run else CHECK_TESTS), 50, min_s=20)
+    engine["moe-launches"] = Part("moe-launches", "the FP8 MoE layer at M = 1, 8, 32 launch by launch",
+                                  [engine_step(work, dry_run, "moe-launches")], 25, out="moe-launches.json")
+    parts = [engine[name] for name in CHECK_CAPS]
+    for part in parts:
+        part.cap_s = CHECK_CAPS[part.name]
+    return parts
+
+
+DRY_CHECK_TESTS = ["tests/test_kernels_router_split.py::test_the_path_is_chosen_from_the_token_count"]
+PLANS = {"engine": engine_parts, "train": train_plan, "both": both_plan, "next": next_plan, "check": check_plan}
 MODEL_DIR, MODEL_TAR = "train", "lease-model.tar"  # the trained model's folder in the scratch, its chunks' stem
 MODEL_SKIP = {"resume.pt", "rows.pt", "rows.json"}  # what the trained folder holds that need not come back
 

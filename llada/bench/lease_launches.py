@@ -4,15 +4,18 @@
 
 The first lease (H200) timed the mini's FP8 MoE layer at M = 1, 8, 32 tokens at 108 / 158 / 249 us and its
 GEMM launches alone (gate/up, SiLU·mul, down) at 24 / 73 / 156 us: 83 to 94 us per layer went elsewhere,
-about 1.7 ms of a 20-layer forward. The layer is seven launches (`bench.kernels.fused_plan`):
+about 1.7 ms of a 20-layer forward. The second lease found the router at 68 us of them; since then the layer
+is eight launches at these sizes (`bench.kernels.fused_plan`; above 256 tokens `_route_kernel` does both
+router parts in one):
 
-    router     `_route_kernel`   router logits, sigmoid, group-limited top-k
-    sort       `_align_kernel`   (token, expert) pairs sorted by expert, runs padded (one program)
-    quantize   `_act_kernel`     the tokens' activations to FP8, one scale per 128
-    up         `_up_kernel`      the gate/up grouped GEMM
-    silu       `_silu_kernel`    SiLU·mul of gate and up, re-quantized to FP8
-    down       `_down_kernel`    the down grouped GEMM, times the routing weight
-    k-sum      `_ksum_kernel`    each token's K rows summed
+    router     `_route_logits_kernel`   router logits over 16-expert tiles, fp32 into a scratch buffer
+    top-k      `_route_select_kernel`   sigmoid, group-limited top-k
+    sort       `_align_kernel`          (token, expert) pairs sorted by expert, runs padded (one program)
+    quantize   `_act_kernel`            the tokens' activations to FP8, one scale per 128
+    up         `_up_kernel`             the gate/up grouped GEMM
+    silu       `_silu_kernel`           SiLU·mul of gate and up, re-quantized to FP8
+    down       `_down_kernel`           the down grouped GEMM, times the routing weight
+    k-sum      `_ksum_kernel`           each token's K rows summed
 
 Per M, the layer is run once (so that every launch's inputs hold real data), then each launch is timed
 two ways (all launches are idempotent: each writes its outputs from its inputs):
@@ -40,7 +43,8 @@ TOKENS = (1, 8, 32)
 RUNS = 30  # in-order runs per M on a GPU
 SLEEP_CYCLES = 20_000_000  # ~10 ms at ~2 GHz: seven Triton launches take the host well under that
 FLUSH_BYTES = 256 << 20  # what do_bench zeroes: more than an H100's or H200's L2
-PARTS = {"_route_kernel": "router", "_align_kernel": "sort", "_act_kernel": "quantize", "_up_kernel": "up",
+PARTS = {"_route_kernel": "router", "_route_logits_kernel": "router", "_route_select_kernel": "top-k",
+         "_align_kernel": "sort", "_act_kernel": "quantize", "_up_kernel": "up",
          "_silu_kernel": "silu", "_down_kernel": "down", "_ksum_kernel": "k-sum"}
 GEMMS = ("up", "silu", "down")
 

@@ -2,8 +2,8 @@
 
     python -m llada.bench.preflight OUT.json [--dry-run]
 
-Writes {"ok", "python", "torch", "triton", "cuda", "gpu", "capability", "memory_gb", "fp8", "kernel_ms",
-"error"} and exits 0 when a trivial kernel (`_add_one`: y = x + 1 over 1,000 elements) compiled, ran
+Writes {"ok", "python", "torch", "triton", "cuda", "gpu", "capability", "memory_gb", "fp8", "tuned_table",
+"kernel_ms", "error"} and exits 0 when a trivial kernel (`_add_one`: y = x + 1 over 1,000 elements) compiled, ran
 and gave the right answer on the GPU; 1 otherwise, with the reason. `--dry-run` runs the same kernel
 under Triton's CPU interpreter (TRITON_INTERPRET=1, set before triton is imported) so that the
 command is exercised without a GPU. A broken driver, a torch built for another CUDA, or a Triton that
@@ -69,8 +69,16 @@ def _device(torch, dry_run: bool, report: dict):
     props = torch.cuda.get_device_properties(0)
     report |= {"gpu": props.name, "capability": f"{props.major}.{props.minor}",
                "memory_gb": round(props.total_memory / 2**30, 1), "sms": props.multi_processor_count,
-               "fp8": (props.major, props.minor) >= (8, 9)}
+               "fp8": (props.major, props.minor) >= (8, 9), "tuned_table": tuned_table(props.name)}
     return torch.device("cuda")
+
+
+def tuned_table(gpu: str) -> str | None:
+    """The tuned tile table the MoE kernels read on this GPU (`configs.choose_config`), or None."""
+    from ..fast.kernels.configs import TUNED_DIR, device_slug
+
+    path = TUNED_DIR / f"{device_slug(gpu)}.json"
+    return f"llada/fast/kernels/tuned/{path.name}" if path.exists() else None
 
 
 def main(argv: list[str]) -> int:

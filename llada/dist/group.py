@@ -49,10 +49,12 @@ def lost_rank(err: BaseException) -> RankError | None:
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place in the group: `rank` of `world` (rank 0 decides and prints)."""
+    """This process's place in the group: `rank` of `world` (rank 0 decides and prints); `local` of them run on
+    this machine (torchrun's LOCAL_WORLD_SIZE), sharing its memory when they run on the CPU."""
 
     rank: int
     world: int
+    local: int = 1
 
     @property
     def lead(self) -> bool:
@@ -69,7 +71,7 @@ class Ranks:
             if device.type == "cuda":
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, timeout=TIMEOUT)
-        return cls(dist.get_rank(), dist.get_world_size())
+        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
     def agree(self, error: BaseException | None) -> None:
         """A barrier carrying each rank's error: RankError on every rank when any rank brought one."""

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..model import LLaDA2MoE
-from .experts import ShardedExperts
+from .experts import RankSlice
 from .group import Ranks
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # a dtype travels as its index
@@ -116,10 +116,10 @@ def serve_experts(model: LLaDA2MoE, ranks: Ranks) -> int:
         served += 1
 
 
-def sharded_layers(model: LLaDA2MoE) -> dict[int, ShardedExperts]:
-    """layer index -> its ShardedExperts (a model loaded with `ranks`)."""
+def sharded_layers(model: LLaDA2MoE) -> dict[int, RankSlice]:
+    """layer index -> its slice of the experts (`RankSlice`: a model loaded with `ranks`, plain or quantized)."""
     layers = {i: layer.mlp.experts for i, layer in enumerate(model.layers)
-              if isinstance(getattr(layer.mlp, "experts", None), ShardedExperts)}
+              if isinstance(getattr(layer.mlp, "experts", None), RankSlice)}
     if not layers:
         raise ValueError("this model's experts are not split across ranks: load it with ranks=")
     return layers

@@ -3,8 +3,9 @@
 `llada.fast.engine.to_fast` swaps these in (the same Parameter objects: nothing is copied; `unfuse_layers`
 puts the plain modules back). A bf16 MoE layer on them runs, from the attention's output h on:
 
-    `_route_kernel`    s = x + h, RMSNorm(s) (the experts' input), router logits, group-limited top-k,
-                       and one more column per token for the shared expert (id E, weight 1)
+    `_route_logits_kernel`  s = x + h, RMSNorm(s) (the experts' input), router logits over expert tiles
+    `_route_select_kernel`  group-limited top-k, and one more column per token for the shared expert (id E,
+                       weight 1); above 256 tokens both in one `_route_kernel` (`kernels/router.py`)
     `_align_kernel`    (token, expert) pairs sorted by expert, the shared expert's T pairs among them
     `_up_kernel`       gate and up products of every pair, silu(gate) * up in the epilogue (no split-K)
     `_down_kernel`     the down product, times the routing weight

@@ -21,6 +21,9 @@ Loading (`load_model`) never holds a second copy of the weights:
    and their scales already: they are read straight into the FP8 buffers, nothing is quantized.
    With `ranks` (`llada.dist.group.Ranks`) the routed experts are split across ranks (`llada.dist.experts`):
    this rank's slice is the only part of them it allocates and reads; the other ranks' experts are skipped.
+   Quantizing (fp8, int8) works on that slice as on a whole model, expert by expert; from a quantized
+   directory, whose experts are stored stacked, a rank reads only its experts' rows of each stacked tensor
+   (`Slot.first`).
    With `quantize="int8"` (CPU) every matrix `llada.fast.int8` quantizes is quantized as it is read, one
    tensor at a time (`llada.weights.int8_format.Sinks`); a directory written by
    `python -m llada.weights.int8_checkpoint` is read straight into the int8 buffers.
@@ -42,7 +45,7 @@ from torch import nn
 
 from . import fp8_format, int8_format, memory
 from ..config import ConfigError, ModelConfig, read_json
-from ..dist.experts import expert_slice, shard_experts
+from ..dist.experts import RankSlice, as_slice, expert_slice, shard_experts
 from ..model import Experts, LLaDA2MoE
 from .shards import Entry, ShardError, ShardReader, read_header, staging_buffer
 
@@ -62,7 +65,9 @@ class Slot(NamedTuple):
     key: str  # runtime state-dict key, e.g. "layers.3.mlp.experts.w13"
     expert: int | None  # index into the stacked experts
     rows: tuple[int, int] | None  # gate rows [0, I) or up rows [I, 2I) of w13[expert]
-    shape: tuple[int, ...]  # the shape the checkpoint's tensor must have
+    shape: tuple[int, ...]  # the shape the checkpoint's tensor must have (or this rank's part of it, below)
+    first: int | None = None  # a rank's slice of stacked experts: experts [first, first + shape[0]) of a tensor
+    #                           stored for all the config's experts, (E, *shape[1:]), the only rows read
 
 
 def read_config(root: Path) -> tuple[ModelConfig, dict]:
@@ -108,7 +113,8 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
     for key, t in model.state_dict().items():
         m = re.match(r"^(layers\.\d+\.mlp\.experts)\.(w13|w2)$", key)
         if not m or t.dtype in (fp8_format.FP8, torch.int8):  # quantized experts are stored stacked, as they run
-            out[hf_name(key)] = Slot(key, None, None, tuple(t.shape))
+            owner = _slice_of(model, key)
+            out[hf_name(key)] = Slot(key, None, None, tuple(t.shape), None if owner is None else owner.first_expert)
             continue
         E, N, K = t.shape
         first = getattr(model.get_submodule(m[1]), "first_expert", 0)  # a rank's slice starts there
@@ -122,6 +128,23 @@ def expected_tensors(model: LLaDA2MoE) -> dict[str, Slot]:
     if model.config.tie_word_embeddings:
         del out["lm_head.weight"]  # the output layer shares the embeddings
     return out
+
+
+def _slice_of(model: LLaDA2MoE, key: str) -> RankSlice | None:
+    """The rank's slice of experts that holds the (stacked) tensor `key`, if one does."""
+    m = re.match(r"^(layers\.\d+\.mlp\.experts)\.\w+$", key)
+    owner = model.get_submodule(m[1]) if m else None
+    return owner if isinstance(owner, RankSlice) else None
+
+
+def _part(entry: Entry, slot: Slot, num_experts: int) -> Entry:
+    """The rows of a stacked experts tensor (E, ...) that a rank's slot takes: experts [first, first + n)."""
+    stored = (num_experts, *slot.shape[1:])
+    if entry.shape != stored:
+        raise CheckpointError(f"{entry.file}: tensor {entry.name} has shape {entry.shape}, the config needs {stored}")
+    per = (entry.end - entry.begin) // num_experts  # bytes of one expert's rows
+    begin = entry.begin + slot.first * per
+    return entry._replace(shape=slot.shape, begin=begin, end=begin + slot.shape[0] * per)
 
 
 def hf_name(key: str) -> str:
@@ -154,6 +177,8 @@ def plan(root: Path, model: LLaDA2MoE) -> list[tuple[Entry, Slot]]:
         if slot is None:
             _unexpected(entry, model.config)
             continue
+        if slot.first is not None:
+            entry = _part(entry, slot, model.config.num_experts)
         if entry.shape != slot.shape:
             raise CheckpointError(f"{entry.file}: tensor {name} has shape {entry.shape}, the config needs {slot.shape}")
         if entry.dtype == torch.int8 and dtypes[slot.key] != torch.int8:  # never cast int8 codes to a float
@@ -210,15 +235,12 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
     (`memory.default_dtype`). quantize: None, "fp8" (routed experts quantized while loading), "fp8-dense" (also
     the dense linears), "int8" (CPU: experts and linears, `llada.fast.int8`) or "auto" (int8 on the CPU when
     the model fits only so, `memory.auto_quantize`); a quantized directory loads as it is stored. ranks: this
-    rank's place (`llada.dist.group.Ranks`) when the routed experts are split across ranks (plain weights only)."""
+    rank's place (`llada.dist.group.Ranks`) when the routed experts are split across ranks (plain or quantized,
+    at load or stored: each rank quantizes or reads only its own experts)."""
     root, device = Path(path), torch.device(device)
     if quantize not in (None, "auto", *QUANTIZE):
         raise ValueError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)} or auto")
     cfg, raw = read_config(root)
-    if ranks is not None and quantize not in (None, "auto"):
-        raise CheckpointError(f"{root}: expert parallel loading reads plain weights; quantize={quantize!r} "
-                              "across ranks is not supported yet (load without --quantize)")
-    quantize = None if ranks is not None else quantize  # "auto" across ranks: each rank's slice as saved
     world = 1 if ranks is None else ranks.world
     try:
         expert_slice(cfg.num_experts, 0, world)  # a world that cannot split the experts: refused before all else
@@ -226,24 +248,21 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         raise CheckpointError(f"{root / 'config.json'}: {err}") from None
     stored = _stored(root, raw, device, None if quantize == "auto" else quantize)
     if quantize == "auto":
-        quantize = stored or memory.auto_quantize(cfg, device, dtype)
+        quantize = stored or memory.auto_quantize(cfg, device, dtype, world=world)
     quantize = quantize or stored
-    if ranks is not None and quantize:
-        raise CheckpointError(f"{root}: this directory holds {quantize} weights; expert parallel loading reads "
-                              "plain weights, quantized ones across ranks are not supported yet")
     if quantize == "int8" and device.type != "cpu":
         raise CheckpointError(f"{root}: int8 weights run on the CPU (PyTorch's CPU int8 kernel); on {device.type} "
                               "load bf16, or fp8 on a GPU with FP8")
     dtype = dtype or memory.default_dtype(cfg, device, quantize)
-    why = memory.does_not_fit(cfg, dtype, device, quantize, world=world)
+    room = _room(device, ranks)
+    why = memory.does_not_fit(cfg, dtype, device, quantize, room=room, world=world)
     if why:
-        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}")
+        shared = "" if room is None else f" (the {ranks.local} ranks of this machine share its memory: one rank's part)"
+        raise CheckpointError(f"{root / 'config.json'}: refused before loading: {why}{shared}")
     with torch.device("meta"):
         model = LLaDA2MoE(cfg).to(dtype)
     if ranks is not None:
-        if stored:
-            raise CheckpointError(f"{root}: holds {stored} weights; expert parallel loading reads plain weights")
-        shard_experts(model, ranks.rank, ranks.world)
+        shard_experts(model, ranks.rank, ranks.world)  # before any quantized swap: the twins keep the slice
     if stored:  # the quantized tensors and their scales are tensors of the files, read as they are
         (_fp8_experts if stored == "fp8" else int8_format.swap_modules)(model)
         slots = _checked(plan(root, model), model, stored)
@@ -265,6 +284,14 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None, device: str |
         quantize_model_fp8(model, dense=True)
     model.ranks = ranks  # the decode drivers take rank 0's decisions on every rank (`llada.decode`)
     return model.eval().requires_grad_(False)
+
+
+def _room(device: torch.device, ranks) -> int | None:
+    """The memory this rank may fill: on the CPU the ranks of one machine share it (each its equal part);
+    None: the device's own free memory (a GPU per rank, or one process)."""
+    local = 1 if ranks is None or device.type != "cpu" else ranks.local
+    free = memory.available_bytes(device) if local > 1 else None
+    return None if free is None else free // local
 
 
 def _materialize(model: LLaDA2MoE, device: torch.device) -> None:
@@ -342,9 +369,9 @@ def _fp8_experts(model: LLaDA2MoE) -> dict[str, object]:
         E, I2, H = experts.w13.shape
         t = lambda *shape, dtype=torch.float8_e4m3fn: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
         tiles = lambda n: -(-n // memory.FP8_TILE)  # noqa: E731
-        layer.mlp.experts = FP8Experts.from_quantized(
+        layer.mlp.experts = as_slice(FP8Experts.from_quantized(
             t(E, I2, H), t(E, tiles(I2), tiles(H), dtype=torch.float32),
-            t(E, H, I2 // 2), t(E, tiles(H), tiles(I2 // 2), dtype=torch.float32))
+            t(E, H, I2 // 2), t(E, tiles(H), tiles(I2 // 2), dtype=torch.float32)), experts)  # a rank's: its slice
         out[f"layers.{i}.mlp.experts.w13"] = out[f"layers.{i}.mlp.experts.w2"] = layer.mlp.experts
     return out
 

@@ -44,7 +44,9 @@ def scale_key(key: str) -> str:
 
 
 def swap_modules(model) -> None:
-    """Replace every module int8 quantizes by its int8 twin of empty `meta` buffers (shapes only)."""
+    """Replace every module int8 quantizes by its int8 twin of empty `meta` buffers (shapes only); a rank's
+    slice of the experts (`llada.dist.experts`) by the int8 twin of that slice."""
+    from ..dist.experts import as_slice
     from ..fast.int8 import Int8Experts, Int8Linear, quantized_modules
     from ..model import Experts
 
@@ -55,8 +57,8 @@ def swap_modules(model) -> None:
         child = getattr(parent, name)
         if isinstance(child, Experts):
             E, I2, H = child.w13.shape
-            new = Int8Experts(meta(E, I2, H), meta(E, I2, dtype=torch.bfloat16),
-                              meta(E, H, I2 // 2), meta(E, H, dtype=torch.bfloat16))
+            new = as_slice(Int8Experts(meta(E, I2, H), meta(E, I2, dtype=torch.bfloat16),
+                                       meta(E, H, I2 // 2), meta(E, H, dtype=torch.bfloat16)), child)  # a rank's slice
         else:
             N, K = child.weight.shape
             new = Int8Linear(meta(N, K), meta(N, dtype=torch.bfloat16), child.bias)

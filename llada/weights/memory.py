@@ -50,10 +50,10 @@ def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = No
     parts = cfg.parameter_counts()
     size = dtype.itemsize
     if quantize == "int8":
-        if world > 1:
-            raise ValueError("int8 weights are sized for one process; across ranks size plain or fp8 experts")
         weights, rows = int8_rows(cfg)
-        return sum(parts.values()) * size - weights * (size - 1) + rows * 2
+        whole = sum(parts.values()) * size - weights * (size - 1) + rows * 2
+        experts = routed_int8_bytes(cfg)
+        return whole - experts + experts // world
     experts = parts["routed_experts"] * size
     if quantize:  # fp8: one byte a weight, fp32 scales rounded up per expert
         experts = parts["routed_experts"] + parts["routed_experts"] // (FP8_TILE * FP8_TILE) * 4 + 4 * cfg.num_experts
@@ -61,15 +61,23 @@ def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, quantize: str | None = No
 
 
 def auto_quantize(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype | None = None,
-                  room: int | None = None) -> str | None:
+                  room: int | None = None, world: int = 1) -> str | None:
     """"int8" on the CPU for a model that does not fit in `dtype` (default: `default_dtype`) but fits in int8;
-    else None (it fits as it is, or not at all: loading then says why)."""
+    else None (it fits as it is, or not at all: loading then says why). world > 1: one rank's share of it."""
     if torch.device(device).type != "cpu":
         return None
     plain = dtype or default_dtype(cfg, device)
-    if not does_not_fit(cfg, plain, device, room=room):
+    if not does_not_fit(cfg, plain, device, room=room, world=world):
         return None
-    return "int8" if not does_not_fit(cfg, dtype or torch.bfloat16, device, "int8", room=room) else None
+    fits = not does_not_fit(cfg, dtype or torch.bfloat16, device, "int8", room=room, world=world)
+    return "int8" if fits else None
+
+
+def routed_int8_bytes(cfg: ModelConfig) -> int:
+    """Bytes of the routed experts in int8: a byte a weight, a bf16 scale per output row (w13's 2I, w2's H)."""
+    moe = max(cfg.num_hidden_layers - cfg.first_k_dense_replace, 0)
+    H, I = cfg.hidden_size, cfg.moe_intermediate_size
+    return moe * cfg.num_experts * (3 * H * I + (2 * I + H) * 2)
 
 
 def int8_rows(cfg: ModelConfig) -> tuple[int, int]:

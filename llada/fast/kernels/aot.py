@@ -35,8 +35,10 @@ MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, 
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
 CACHE_SLOTS = 4096  # KV cache slots of the static forward (prompt + generation)
-# read back with cuobjdump (~1 s each): the GEMMs, and the router and k-sum that hold a whole row per program
-SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel", "_route_kernel", "_ksum_kernel")
+# read back with cuobjdump (~1 s each): the GEMMs, the router's (whose top-k holds a whole row per program)
+# and the k-sum
+SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel", "_route_kernel", "_route_logits_kernel",
+                "_route_select_kernel", "_ksum_kernel")
 
 
 class StandInDriver:
