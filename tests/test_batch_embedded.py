@@ -28,8 +28,8 @@ EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of di
     ("def reverse(s):", "S", {"use_cache": False}),
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
     # an MBE edit repairs block 1 (Learn's lesson 4)
-    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),
-    ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
+    ("def cube(pavo):\n", "Q", {"mbe": True, "block_length": 4}),
+    ("def is_zero(paholbat):\n", "S", {"gen_length": 32}),  # T2T edits repair the draft (Learn's lesson 2)
     ("def double(x):", "S", {"temperature": 0.8, "top_k": 20, "seed": 3}),  # sampled beside greedy rows
 ]
 
@@ -66,7 +66,7 @@ def test_embedded_model_mixed_batch_is_bit_exact(embedded, alone_runs, dtype, ma
     finally:
         embedded.model.to(torch.float32)
     assert len({len(p) for p in prompts}) >= 6 and sum(t.mbe_edits for t in alone) > 0
-    assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {8, 16, 32}
+    assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {4, 8, 16, 32}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32])
