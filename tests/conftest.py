@@ -30,7 +30,7 @@ torch.set_num_threads(1)  # tiny models: OpenMP threads spin-waiting on shared c
 
 BROWSER = "test_browser"  # file names starting so drive Chromium
 SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on 2 shared cores, --durations)
-    "test_engine_self_check.py": "the fast engine's self-check and golden decode through the Triton interpreter",
+    "test_engine_self_check.py": "the fast engine's self-check and decode check through the Triton interpreter",
     "test_engine_fallback.py": "the fast engine's self-check, faults planted, through the Triton interpreter",
     "test_engine_select.py::test_cli_says_on_stderr_which_engine_runs": "the CLI in a fresh process",
     "test_engine_select.py::test_cli_refuses_fast_without_cuda_in_one_error_line": "the CLI in a fresh process",
@@ -44,7 +44,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_bench_kernels.py": "a benchmark's smoke run (interpreted kernels, tuning)",
     "test_bench_load.py": "a benchmark's smoke run: a replica written and loaded in a fresh process",
     "test_bench_stream.py": "a benchmark's smoke run on the embedded model",
-    "test_batch_embedded.py": "every mode of the embedded model, in float64 and float32, on one and two threads",
+    "test_batch_embedded.py": "every mode of the embedded model, in float64 and float32 on one thread, float32 on two",
     "test_batch_eval.py": "evaluations run batched and one by one",
     "test_fp8_checkpoint.py": "checkpoint conversions in fresh processes",
     "test_int8_checkpoint.py": "replicas written, converted and loaded, one load in a fresh process",
@@ -65,10 +65,11 @@ GPU_REASON = "needs a CUDA GPU"
 # files started first, in this order (pytest.ini hands whole files to three workers, in collection order, with
 # `--no-loadscope-reorder`): the longest first, so that none of them starts last and keeps the run going alone
 # (a worker that finishes takes the next longest). Ranked by CPU seconds alone
-# (bench/results/test-cpu-seconds-377fdb0.json: the memory soak ~145 s, the cold AOT compile ~125 s in one
-# process, the engine's self-check ~70 s, the documents' commands ~55 s, the embedded model's batches ~45 s, the
-# static path's golden decode ~35 s), the files not measured there by their minutes in the loaded CI run
-# (--durations); every other file follows in its collected order.
+# (bench/results/test-cpu-seconds-377fdb0.json and -dfe7f68.json: the cold AOT compile ~125 s in one process
+# (~30 s warm), the memory soak ~70 s, the dist agreement ~58 s, the documents' commands ~55 s, the engine's
+# self-check ~40 s, the embedded model's batches ~40 s, the static path's golden decode ~35 s), the files not
+# measured there by their minutes in the loaded CI run (--durations); every other file follows in its collected
+# order.
 FIRST = ("test_memory_soak.py", "test_kernels_aot.py", "test_dist.py", "test_engine_self_check.py",
          "test_docs_commands.py", "test_batch_embedded.py", "test_graphs_fast.py",
          "test_browser.py", "test_batch_eval.py", "test_docs_commands_benchmarks.py",

@@ -1,5 +1,6 @@
 """Mixed batches of the embedded model: every row's trace bit for bit the one it gets alone, in float64 and
-float32, on one thread and on two (S, Q, M2T-only, MBE, no-cache and sampled rows of different lengths and blocks).
+float32 on one thread, in float32 on two (S, Q, M2T-only, MBE, no-cache and sampled rows of different lengths and
+blocks).
 
 Minutes on 2 shared cores: a file of its own beside tests/test_batch.py, so that parallel workers run them side by
 side. The lone decodes are made once per (dtype, threads) and judged against each batch of that setting.
@@ -27,8 +28,8 @@ EMBEDDED_ROWS = [  # (prompt, mode, settings): S, Q, M2T-only and MBE rows of di
     ("def reverse(s):", "S", {"use_cache": False}),
     ("# sort a list\ndef sort_list(xs):", "M2T", {"block_length": 8}),
     # an MBE edit repairs block 1 (Learn's lesson 4)
-    ("def is_zero(pabatvo):\n", "S", {"mbe": True, "block_length": 16}),
-    ("def cube(jozelnim):\n", "S", {"gen_length": 32}),  # a T2T edit repairs the name (Learn's lesson 2)
+    ("def cube(pavo):\n", "Q", {"mbe": True, "block_length": 4}),
+    ("def is_zero(paholbat):\n", "S", {"gen_length": 32}),  # T2T edits repair the draft (Learn's lesson 2)
     ("def double(x):", "S", {"temperature": 0.8, "top_k": 20, "seed": 3}),  # sampled beside greedy rows
 ]
 
@@ -65,13 +66,15 @@ def test_embedded_model_mixed_batch_is_bit_exact(embedded, alone_runs, dtype, ma
     finally:
         embedded.model.to(torch.float32)
     assert len({len(p) for p in prompts}) >= 6 and sum(t.mbe_edits for t in alone) > 0
-    assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {8, 16, 32}
+    assert sum(t.edits for t in alone) > 0 and {c.block_length for c in cfgs} == {4, 8, 16, 32}
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float32])
 def test_embedded_model_mixed_batch_is_bit_exact_on_two_threads(embedded, alone_runs, dtype):
     """On two threads, as the app and `llada.bench batch` run, not on the one thread the other tests use: the
-    products and the attention then split their work between the threads (`llada.row_exact`)."""
+    products and the attention then split their work between the threads (`llada.row_exact`). In float32, the
+    app's dtype: float64 takes the same split code, so a second dtype on two threads would decode every row twice
+    more (a fifth of this file's time) for no other path."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     model = embedded.model.to(dtype)

@@ -38,10 +38,10 @@ def test_two_models_side_by_side(browser, app_url):
     page.wait_for_function("document.querySelector('#compare-verdict').innerText.includes('Both ran mode S')",
                            timeout=WAIT)
     left, right = page.inner_text("#canvas-s-stats"), page.inner_text("#canvas-q-stats")
-    assert left.startswith("llada2-cpu-moe") and "inserts" not in left
+    assert left.startswith("llada2-lease-moe") and "inserts" not in left
     assert right.startswith("llada2.2-cpu-moe") and re.search(r"inserts [1-9]\d* · deletes [1-9]", right), right
     table = page.inner_text("#compare-table")
-    assert "llada2-cpu-moe" in table and "llada2.2-cpu-moe" in table
+    assert "llada2-lease-moe" in table and "llada2.2-cpu-moe" in table
     assert page.locator("#canvas-q .tok").count() > 0 and page.locator("#canvas-s .tok").count() > 0
     page.wait_for_selector("#chart-steps-compare .js-plotly-plot", timeout=WAIT)
     steps = page.inner_text("#chart-steps-compare")

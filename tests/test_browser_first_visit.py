@@ -55,9 +55,9 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
                            arg=VIEWPORTS[viewport]["height"], timeout=60_000)
     page.locator("#examples button", has_text="Code (S)").first.click()
     wait_done(page)
-    assert page.input_value("#prompt textarea") == "def cube(zelmivo):\n"
+    assert page.input_value("#prompt textarea") == "def cube(batpami):\n"
     output = page.input_value("#output textarea")
-    assert output == "    return zelmivo * zelmivo * zelmivo\n"  # the shipped model's answer, S mode
+    assert output == "    return batpami * batpami * batpami\n"  # the shipped model's answer, S mode
     # the slow replay starts from step 0 and walks forward on its own
     # (the canvas element is replaced as frames arrive: each wait reads it afresh and allows a moment without it)
     page.wait_for_function("(c => c && Number(c.dataset.step) >= 1)(document.querySelector('#canvas'))",

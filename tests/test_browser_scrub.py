@@ -95,7 +95,7 @@ def test_a_scrub_is_drawn_by_the_browser_as_the_server_draws_it(browser, app_url
     from ui.bench.scrub_timing import SCRUB_JS
 
     page = open_page(browser, app_url)
-    steps = run(page, "def cube(zelmivo):\n", "M2T only", 32)  # 3 forwards on the shipped model
+    steps = run(page, "def cube(zelmivo):\n", "M2T only", 32)  # 5 forwards on the shipped model
     assert steps >= 3
     page.wait_for_function("window.lladaReplays && window.lladaReplays.canvas", timeout=WAIT)
     drawn_by_server = page.evaluate(DRAWN_JS)  # the final frame: rendered by the server

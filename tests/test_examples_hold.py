@@ -27,8 +27,9 @@ def _one_forward_drafts_all(trace) -> bool:
 
 
 def _edited_in_second(trace) -> bool:
+    """The first forward drafts and edits nothing; every edit of the run is made by the second."""
     steps = _decodes(trace)
-    return not steps[0].edits and bool(steps[1].edits) and trace.edits == 1
+    return not steps[0].edits and bool(steps[1].edits) and trace.edits == len(steps[1].edits)
 
 
 def _one_position_edited_twice(trace) -> bool:
@@ -54,11 +55,11 @@ def _insert_filled_next(trace) -> bool:
 
 
 CLAIMS = {  # label prefix -> (the check of what the label says, the answer the run writes)
-    "Code (S)": (_one_forward_drafts_all, "    return zelmivo * zelmivo * zelmivo\n"),
-    "Edit (S)": (_edited_in_second, "    return jozelnim * jozelnim * jozelnim\n"),
+    "Code (S)": (_one_forward_drafts_all, "    return batpami * batpami * batpami\n"),
+    "Edit (S)": (_edited_in_second, "    return paholbat == 0\n"),
     "Addition (S)": (_one_forward_drafts_all, "947"),
-    "Careful (Q)": (_one_position_edited_twice, "    nimpa = nimpa + 1\n    return nimpa\n"),
-    "MBE (S, blocks of 16)": (lambda t: t.mbe_edits >= 1, "    return pabatvo == 0\n"),
+    "Careful (Q)": (_one_position_edited_twice, "    lomi = lomi - 1\n    return lomi\n"),
+    "MBE (Q, blocks of 4)": (lambda t: t.mbe_edits >= 1, "    return pavo * pavo * pavo\n"),
     "Sorting digits (S)": (lambda t: t.num_decode_forwards == 2, "13479"),
     "Reversing words (S)": (lambda t: t.num_decode_forwards == 2, " door snow tree sun"),
     "Delete, then insert (LLaDA2.2 model, S)": (_delete_then_insert, "    return febatbat * febatbat\n"),
@@ -104,6 +105,6 @@ def test_the_example_shows_what_its_label_says(pipes, example):
 
 
 def test_a_check_fails_on_a_run_that_does_not_show_it(pipe):
-    """The checks can fail: lesson 1's prompt in M2T only takes more forwards and shows no edit."""
-    trace = run_trace(pipe, "def cube(jozelnim):\n", RunSpec("M2T only"), 32)
+    """The checks can fail: the edit example's prompt in M2T only shows no edit."""
+    trace = run_trace(pipe, "def is_zero(paholbat):\n", RunSpec("M2T only"), 32)
     assert not _edited_in_second(trace) and not _one_position_edited_twice(trace)

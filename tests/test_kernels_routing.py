@@ -109,3 +109,23 @@ def test_router_with_nan_input_keeps_ids_in_range():
     ids, w = route_on_device(router, h)
     assert ((ids >= 0) & (ids < 256)).all()  # a NaN token must not send later kernels out of bounds
     assert torch.isnan(w[2]).all() and torch.isfinite(w[[0, 1, 3]]).all()
+
+
+@needs_triton
+def test_sort_by_expert_replayed_over_fewer_runs_relabels_every_tile():
+    """The launch run again in the same buffers (as a CUDA graph replays it) with ids that need fewer tiles:
+    the tiles the first ids used are labelled -1 again."""
+    from llada.fast.kernels import routing
+    from llada.fast.kernels.launch import run
+
+    many, few = random_ids(32, 8, 256, 3), torch.full((32, 8), 7)
+    few[:, 1:] = torch.arange(1, 8) + 100  # 8 experts of 32 pairs each
+    ids = many.to(DEVICE)
+    pairs, block_expert, launches = routing.plan_sort_by_expert(ids, 256, 16)
+    run(launches)
+    assert torch.equal(block_expert.cpu(), sort_by_expert(many, 256, 16)[1])
+    ids.copy_(few)
+    run(launches)
+    ref_pairs, ref_block_expert = sort_by_expert(few, 256, 16)
+    assert torch.equal(block_expert.cpu(), ref_block_expert) and (ref_block_expert >= 0).sum() == 16
+    assert torch.equal(pairs.cpu()[:16 * 16], ref_pairs[:16 * 16])

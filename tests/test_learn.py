@@ -134,13 +134,13 @@ def test_each_idea_has_a_lesson_that_shows_it(shipped):
     assert tuple(by_idea) == IDEAS
     for rec in shipped.values():
         assert problems(rec) == [], rec.title
-        model = ("llada2.2-cpu-moe", "assets/model22") if rec.idea == "indel" else ("llada2-cpu-moe", "assets/model")
+        model = ("llada2.2-cpu-moe", "assets/model22") if rec.idea == "indel" else ("llada2-lease-moe", "assets/model")
         assert rec.caption and (rec.model, rec.model_dir) == model
         assert all(t.status == "done" and t.model == rec.model for t in rec.runs)
     s, q = by_idea["modes"].runs
     assert (s.mode, q.mode) == ("S", "Q") and s.prompt == q.prompt
     assert (s.settings.threshold, s.settings.block_length, q.settings.threshold, q.settings.block_length) == \
-        (0.2, 32, 0.7, 32)  # the shipped model's presets (assets/model/presets.json: S calibrated, the official Q)
+        (0.3, 32, 0.7, 32)  # the shipped model's presets (assets/model/presets.json, calibrated)
     off, on = by_idea["mbe"].runs
     assert on.mbe_edits >= 1 and off.settings.block_length == on.settings.block_length
     baseline = by_idea["baseline"].runs[0]

@@ -37,9 +37,9 @@ def test_the_heal_lesson_pokes_a_verified_answer_and_an_edit_writes_it_back(by_i
     assert healed_at(t) == step + 1 and t.text == draft.text  # the next forward edits it back: the same answer
     assert t.tokens_at(step)[poke.pos] == poke.token != poke.old
     line = narrate(t, step)
-    assert "block 0 is verified and final; then, from outside the model, a poke: position 16 'zel' → 'comp'" in line
+    assert "is verified and final; then, from outside the model, a poke: position 21 'el' → 'comp'" in line
     assert "block 0 is open again" in line
-    assert "changed 'comp' → 'zel'" in narrate(t, step + 1) and "poked after step 2" in narrate(t, step + 1)
+    assert "changed 'comp' → 'el'" in narrate(t, step + 1) and f"poked after step {step}" in narrate(t, step + 1)
     assert Recording.run_name(t) == "S + poke" and "pokes 1" in learn.stats_html(rec)
 
 
@@ -79,14 +79,14 @@ def test_a_lesson_names_its_model_and_the_recorder_loads_it(tmp_path):
     data = record.record_file(DEFAULT_MODEL, out, (indel,))
     (made,) = data["lessons"]
     assert (made["model"], made["model_dir"]) == ("llada2.2-cpu-moe", "assets/model22")
-    assert data["model"] == "llada2-cpu-moe"  # the file's default model
+    assert data["model"] == "llada2-lease-moe"  # the file's default model
     (rec,) = lessons.load_recordings(out).values()
     assert rec.runs[0].model == "llada2.2-cpu-moe" and rec.runs[0].inserts >= 1
 
 
 def test_a_lesson_whose_runs_name_another_model_is_refused(by_idea):
-    d = {"title": "x", "model": "llada2-cpu-moe", "runs": [by_idea["indel"].runs[0].to_dict()]}
-    with pytest.raises(ValueError, match="names model 'llada2-cpu-moe' but its runs were made by"):
+    d = {"title": "x", "model": "llada2-lease-moe", "runs": [by_idea["indel"].runs[0].to_dict()]}
+    with pytest.raises(ValueError, match="names model 'llada2-lease-moe' but its runs were made by"):
         Recording.from_dict(d)
 
 
@@ -126,7 +126,8 @@ def test_repair_bench_runs_a_few_trials(tmp_path, capsys):
     assert all(f["trials"] == 4 and 0 <= f["repaired"] <= 4 for f in finished.values())
     assert {task: c["trials"] for task, c in finished["Q"]["by_task"].items()} == {"add": 2, "rename": 2}
     assert finished["editing off"]["repaired"] == 0  # without T2T a written token never changes
-    assert report["results"]["settings"]["Q"]["tau_edit"] == 0.5
+    shipped_q = json.loads((DEFAULT_MODEL / "presets.json").read_text())["Q"]
+    assert report["results"]["settings"]["Q"]["tau_edit"] == shipped_q["editing_threshold"]  # the model's own Q
     assert report["results"]["earlier_block"]["MBE off"]["repaired"] == 0  # a finished block is frozen
     assert json.loads(capsys.readouterr().out) == report
 

@@ -99,3 +99,29 @@ def test_dry_run_brings_back_few_small_files_within_budget(tmp_path):
     assert not [p for p in summary["parts"] if p["status"] == "failed"], run.stderr[-3000:]
     assert summary["parts"][1]["status"] == "ok"  # the self-check, first: it always fits
     assert {f["name"] for f in summary["files"]} <= {f.name for f in files}
+
+
+def test_the_summary_names_the_code_by_the_sha256_of_its_sources(tmp_path, monkeypatch):
+    tree = tmp_path / "llada"
+    (tree / "fast" / "__pycache__").mkdir(parents=True)
+    (tree / "a.py").write_text("x = 1\n")
+    (tree / "fast" / "b.py").write_text("y = 2\n")
+    first = lease.source_fingerprint(tree)
+    (tree / "fast" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\0cache")  # bytecode is no source
+    assert lease.source_fingerprint(tree) == first and len(first) == 64
+    (tree / "a.py").write_text("x = 2\n")  # one byte changed
+    assert lease.source_fingerprint(tree) != first
+    (tree / "a.py").write_text("x = 1\n")
+    assert lease.source_fingerprint(tree) == first
+    (tree / "fast" / "b.py").rename(tree / "b.py")  # the same bytes under another path
+    assert lease.source_fingerprint(tree) != first
+    (tree / "b.py").rename(tree / "fast" / "b.py")
+    (tree / "a.py").write_text("x = 1\ny = 2\n")
+    (tree / "fast" / "b.py").write_text("")  # bytes moved across the boundary between two files
+    assert lease.source_fingerprint(tree) != first
+
+    monkeypatch.setitem(lease.PLANS, "engine", lambda work, dry_run: [])
+    monkeypatch.setattr(lease, "preflight", lambda run, dry_run: True)
+    lease.main(["--budget", "30", "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / lease.SUMMARY).read_text())
+    assert summary["llada_sha256"] == lease.source_fingerprint(ROOT / "llada")

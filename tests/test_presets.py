@@ -58,7 +58,7 @@ def test_a_broken_presets_json_is_a_checkpoint_error_of_that_model(tiny_model_di
         Pipeline.load(d)
 
 
-CALIBRATION = SHIPPED.parents[1] / "bench" / "results" / "presets-calibration-embedded.json"
+CALIBRATION = SHIPPED.parents[1] / "bench" / "results" / "presets-calibration-v4.json"
 
 
 def test_the_shipped_presets_are_trainings_with_s_and_q_from_the_calibration():
@@ -71,7 +71,7 @@ def test_the_shipped_presets_are_trainings_with_s_and_q_from_the_calibration():
     calibrated = {mode: PRESETS[mode] | {"threshold": chosen[mode]["tau_mask"],
                                          "editing_threshold": chosen[mode]["tau_edit"]} for mode in ("S", "Q")}
     assert shipped == json.loads(json.dumps(PRESETS | calibrated))  # same modes, same keys, same values
-    assert shipped["S"] != PRESETS["S"]  # calibrated: the official S drafts no faster than Q on this model
+    assert shipped["S"] != PRESETS["S"]  # calibrated: the official S drafts only 1.2x Q's tokens per forward here
     check_presets(shipped, "assets/model/presets.json")
 
 

@@ -100,12 +100,12 @@ def test_upgrade_makes_a_2_2_model_with_two_more_rows():
     assert (delete_id, split_id) == (old.config.vocab_size, old.config.vocab_size + 1)
     assert hf.convert_tokens_to_ids(list(EDIT_TOKENS)) == [delete_id, split_id]
     new = upgrade_model(old, delete_id, split_id, capacity=8, routing_block=16)
-    cfg = new.config
-    assert (cfg.version, cfg.vocab_size, cfg.delete_token_id, cfg.split_token_id) == ("2.2", 1026, 1024, 1025)
+    cfg, v = new.config, old.config.vocab_size  # v: the embedded model's vocabulary (4,096 tokens)
+    assert (cfg.version, cfg.vocab_size, cfg.delete_token_id, cfg.split_token_id) == ("2.2", v + 2, v, v + 1)
     assert (cfg.expert_capacity, cfg.routing_block) == (8, 16)
     old_state, new_state = old.state_dict(), new.state_dict()
-    assert torch.equal(new_state["word_embeddings.weight"][:1024], old_state["word_embeddings.weight"])
-    assert not new_state["lm_head.weight"][1024:].any()
+    assert torch.equal(new_state["word_embeddings.weight"][:v], old_state["word_embeddings.weight"])
+    assert not new_state["lm_head.weight"][v:].any()
     assert all(torch.equal(v, new_state[k]) for k, v in old_state.items() if k not in
                ("word_embeddings.weight", "lm_head.weight"))
     with pytest.raises(ValueError, match="already 2.2"):

@@ -21,7 +21,7 @@ from llada.train.build import model_config
 from llada.card.command import main
 from llada.train.cli import parse_args
 from llada.train.export import MAX_SHARD_BYTES, plan_shards, save_sharded
-from llada.train.loop import PRESETS, preset_config, save_dir, setup, train, train_step
+from llada.train.loop import preset_config, save_dir, setup, train, train_step
 from llada.train.recipes import OFFICIAL_DECODING, TRAINING_PRESETS, param_counts
 from llada.train.resume import load_state, save_state
 from code_corpus import write_tree
@@ -63,14 +63,19 @@ def test_cpu_preset_is_a_real_moe_that_fits_the_model_directory():
     assert TRAINING_PRESETS["cpu"].knows and TRAINING_PRESETS["cpu"].decoding == OFFICIAL_DECODING
 
 
-def test_the_shipped_model_has_v1s_architecture_and_the_cpu_presets():
-    tc = preset_config("v1")
+def test_the_shipped_model_has_the_lease_presets_architecture():
+    """assets/model is v4, trained by `--preset lease` on a GPU (its card): the preset builds its shape, and its
+    presets.json holds the calibrated S and Q, not the official ones the preset writes."""
+    tc = preset_config("lease")
     shipped = json.loads((SHIPPED / "config.json").read_text())
+    assert shipped["vocab_size"] == tc.vocab_size == 4096
     ours = model_config(tc, shipped["vocab_size"]).to_dict()
     arch = [k for k in ours if k not in ("architectures", "model_type")]
     assert {k: ours[k] for k in arch} == {k: ModelConfig.from_dict(shipped).to_dict()[k] for k in arch}
-    assert TRAINING_PRESETS["cpu"].decoding == PRESETS  # written as presets.json (the shipped S and Q then calibrated)
-    assert shipped["name"] == "llada2-cpu-moe"  # preset cpu continued the v1 model (its card says so)
+    assert TRAINING_PRESETS["lease"].decoding == OFFICIAL_DECODING
+    calibrated = json.loads((SHIPPED / "presets.json").read_text())
+    assert (calibrated["S"]["threshold"], calibrated["Q"]["threshold"]) == (0.3, 0.7)
+    assert shipped["name"] == "llada2-lease-moe"
     assert TRAINING_PRESETS["code"].decoding == OFFICIAL_DECODING
 
 

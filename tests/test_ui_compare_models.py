@@ -97,7 +97,7 @@ def test_the_choice_shows_the_second_model_and_names_the_button(models):
 
 
 def test_a_live_pair_of_models_is_drawn_by_position():
-    running = {"llada2-cpu-moe": hand_trace(), "llada2.2-cpu-moe": hand_trace()}
+    running = {"llada2-lease-moe": hand_trace(), "llada2.2-cpu-moe": hand_trace()}
     left, right = compare.compare_step(running, 2)
     assert 'id="canvas-s"' in left and 'id="canvas-q"' in right and 'data-step="2"' in right
     assert all(isinstance(x, type(gr.skip())) for x in compare.compare_step({k: t.finish() for k, t in

@@ -34,6 +34,7 @@ with tiny shapes and the Triton kernels under TRITON_INTERPRET=1: what CI checks
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -202,6 +203,7 @@ class Lease:
         self.work = Path(tempfile.mkdtemp(prefix="lease-"))
         self.env = os.environ | ({"TRITON_INTERPRET": "1"} if args.dry_run else {}) | {"PYTHONUNBUFFERED": "1"}
         self.summary = {"command": "python -m llada.bench lease " + " ".join(argv), "commit": _commit(),
+                        "llada_sha256": source_fingerprint(ROOT / "llada"),
                         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "budget_s": args.budget,
                         "plan": args.plan, "dry_run": args.dry_run, "preflight": None, "parts": [], "figures": []}
 
@@ -305,6 +307,19 @@ def _append_log(log: Path, part_log: Path, name: str) -> str:
     with open(log, "a") as out:
         out.write(f"\n===== {name}: {part_log.name} =====\n{text}\n")
     return "\n".join(text.strip().splitlines()[-5:])[-600:]
+
+
+def source_fingerprint(root: Path) -> str:
+    """sha256 over every file under `root` (bytecode caches aside), in sorted order of their paths relative
+    to it: each path, a NUL, its size, a NUL, its bytes. It names the code that ran whatever `.git` says (the
+    device's `.git` may lag the tree sent to it): a commit's `llada/` extracted (`git archive REV llada`)
+    hashes to it exactly when that commit's code ran."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for path in files:
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
 
 
 def _commit() -> str | None:

@@ -4,14 +4,15 @@ Each preset is a set of TrainConfig values plus the decoding presets the trained
 (its presets.json). Any value can still be overridden on the command line (`--minutes 5`).
 
     tiny   about a minute on a CPU: the whole pipeline at toy size (tests run it on a smaller corpus)
-    v1     the recipe of the shipped assets/model (3.8 M parameters, CPU, tasks first, its tuned presets)
+    v1     the first stages of the CPU-trained model v4 replaced (3.8 M parameters, CPU, tasks first; its card:
+           assets/model/history-cpu/)
     code   the Python-writing model: ~29 M parameters (~8 M active), 11 minutes of training on one
            H100/H200 in bf16 with torch.compile, official S / Q presets
     cpu    the Python-writing model for a shared 2-core CPU: 4.2 M parameters (1.9 M active), a 2,048-token
            vocabulary, rows of 128 tokens with packed functions, checkpoints every 5 minutes, `--resume`.
            One thread: with the cores shared by ~10 runnable jobs, two OpenMP threads ran a step in ~40 s
            against ~3 s for one thread (the same model and batch, minutes apart)
-    lease  v4, the embedded default a GPU lease trains (`llada.bench.lease_train`): 5.8 M parameters
+    lease  v4, the embedded assets/model, trained by a GPU lease (`llada.bench.lease_train`): 5.8 M parameters
            (3.7 M active), bf16 shards of 11.6 MB, a 4,096-token vocabulary, 40% of the steps on tasks
 
 Sizing (`plan`): parameters are counted from the config (total, and active = what one token
@@ -91,7 +92,7 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
              checkpoint_minutes=0.0, eval_n=2, code_n=4, samples=2, eval_gen_length=32),
         OFFICIAL_DECODING),
     "v1": TrainingPreset(
-        "the shipped assets/model recipe: 3.8 M parameters, tasks first, 35 minutes on one CPU thread",
+        "the CPU-trained model's first recipe (assets/model/history-cpu): 3.8 M parameters, tasks first, 35 minutes",
         dict(out="runs/v1", minutes=35.0, device="cpu", sources=("stdlib",), window_share=0.0,
              bpe_chars=20_000_000, vocab_size=1024, hidden=192, layers=4, heads=6, kv_heads=2, experts=16,
              top_k=2, groups=4, topk_group=2, expert_width=96, dense_width=384, block_lengths=(16, 16, 16, 32),

@@ -4,7 +4,7 @@ A lesson (`Recording`) shows one idea of the decoder on one prompt with one run,
 side at the same step (S vs Q; without and with MBE). `python -m ui.learn.record` writes the file:
 
     {"model": "...", "lessons": [{"idea": "edit", "title": "...", "caption": "...", "answer": "1308",
-                                  "model": "llada2-cpu-moe", "model_dir": "assets/model",
+                                  "model": "llada2-lease-moe", "model_dir": "assets/model",
                                   "runs": [trace, ...]}, ...]}
 
 where each trace follows docs/trace-schema.md. Each lesson names the model that made it: its name (as its

@@ -79,33 +79,35 @@ AFTER_END = 1000  # a poke step past any lesson's last forward: the poke applies
 
 
 ZELMIVO = ("def cube(zelmivo):\n", "    return zelmivo * zelmivo * zelmivo\n")
-# candidates of `python -m ui.learn.lesson_search --n 50 --seed 0` on the shipped model (S vs Q: `--n 250`, a
-# held-out rename item where S is wrong and Q right; MBE: blocks of 16, the window of 1), found with the official
-# S and Q; the calibrated S (its card) shows each lesson in the same forwards
+# candidates on the shipped model (v4) with its calibrated S (τ_mask 0.3 / τ_edit 0) and Q (0.7 / 0): the draft of
+# `python -m ui.learn.lesson_search --n 40 --seed 0`; the edit, S vs Q and MBE lessons from 400 held-out rename
+# items (seed 1), S right with an edit where S without editing is wrong, S wrong where Q is right, and the one MBE
+# repair of blocks 4 / 8 / 16 in S and Q (in Q, blocks of 4): v4 gets 98% of the tasks right, so such items are rare
 LESSONS = (
     Lesson("draft", "1 · Drafting in parallel",
-           "S drafts every mask whose p passes τ_mask 0.2: the whole function body appears in one forward, "
+           "S drafts every mask whose p passes τ_mask 0.3: the whole function body appears in one forward, "
            "and the next forward only checks it.", *ZELMIVO, (RunSpec("S"),)),
     Lesson("edit", "2 · An edit repairs a draft",
-           "The first forward drafts the whole body with one piece of the name wrong; the second sees the whole "
-           "draft and edits that token.", "def cube(jozelnim):\n", "    return jozelnim * jozelnim * jozelnim\n",
-           (RunSpec("S"),)),
+           "The first forward drafts the whole body with `==` written twice and a line too many; the second sees "
+           "the whole draft and edits both: the second `==` becomes a space, the extra line the end of the text.",
+           "def is_zero(paholbat):\n", "    return paholbat == 0\n", (RunSpec("S"),)),
     Lesson("modes", "3 · S vs Q on one prompt",
-           "S drafts whatever passes τ_mask 0.2 and garbles the name (`bibat`); Q waits for surer tokens (τ_mask 0.7), "
-           "needs one forward more, and gets it right.",
-           "def inc(mibat):\n", "    mibat = mibat + 1\n    return mibat\n", (RunSpec("S"), RunSpec("Q"))),
+           "S drafts whatever passes τ_mask 0.3 and leaves a stray line after the body (` tutu`); Q waits for surer "
+           "tokens (τ_mask 0.7), needs two forwards more, and ends the answer after `return lozeltu`.",
+           "def dec(lozeltu):\n", "    lozeltu = lozeltu - 1\n    return lozeltu\n", (RunSpec("S"), RunSpec("Q"))),
     Lesson("mbe", "4 · MBE repairs an earlier block",
-           "In blocks of 16, without and with MBE: block 1 is finished with the name drafted as `paabvo`; only with "
-           "MBE does that finished block stay editable while block 2 decodes, and an MBE edit restores `pabatvo`.",
-           "def is_zero(pabatvo):\n", "    return pabatvo == 0\n",
-           (RunSpec("S", block_length=16), RunSpec("S", mbe=True, block_length=16))),
+           "Q in blocks of 4, without and with MBE: block 1 is finished with ` pa`, so the name reads `paavo`; only "
+           "with MBE does that finished block stay editable while the next ones decode, and an MBE edit writes ` p`: "
+           "`pavo * pavo * pavo`.",
+           "def cube(pavo):\n", "    return pavo * pavo * pavo\n",
+           (RunSpec("Q", block_length=4), RunSpec("Q", mbe=True, block_length=4))),
     Lesson("baseline", "5 · M2T only: no editing",
-           "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in more forwards, "
-           "and a token once written never changes.", *ZELMIVO, (RunSpec("M2T only"),)),
+           "The prompt of lesson 1 with the cautious M2T preset and editing off: the same answer in one forward "
+           "more, and a token once written never changes.", *ZELMIVO, (RunSpec("M2T only"),)),
     Lesson("heal", "6 · Break it and watch it heal",
            "Lesson 1's answer, finished and verified; then a poke from outside overwrites one piece of the second "
-           "name (`zel` → `comp`). The block re-opens, the next forward reads `compmivo` between two `zelmivo`s, "
-           "and a T2T edit writes `zel` back.", *ZELMIVO, (RunSpec("S", pokes=(f"{AFTER_END}:8:comp",)),)),
+           "name (`el` → `comp`). The block re-opens, the next forward reads `zcompmivo` between two `zelmivo`s, "
+           "and a T2T edit writes `el` back.", *ZELMIVO, (RunSpec("S", pokes=(f"{AFTER_END}:9:comp",)),)),
     Lesson("indel", "7 · Insertion and deletion (LLaDA2.2)",
            "On the small LLaDA2.2 model, S drafts the second name as `f·bat·bat·bat`: one `bat` too many, the `e` "
            "missing. A DELETE removes a `bat` and the text closes up; then a SPLIT opens a mask before `bat`, "

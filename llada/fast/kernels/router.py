@@ -17,14 +17,15 @@ Two paths, chosen from T (`plan_route`), with the same bits:
     one program   T > SPLIT_MAX_T: grid (cdiv(T, 16),), `_route_kernel`; each program streams all of W
                   (1 MB at the mini's 256 x 2048 in bf16) in a serial K loop and selects in registers
     split         T <= SPLIT_MAX_T: `_route_logits_kernel` over (token blocks, E / 16 expert tiles) writes
-                  fp32 logits (T, E) to a scratch buffer, `_route_select_kernel` over token blocks reads
-                  them back into the slot layout and runs the same selection code
+                  fp32 logits (T, E) to a scratch buffer, `_route_select_kernel` over tokens (one each)
+                  reads them back into the slot layout and runs the same selection code
 
 Why the split: at decode, T <= 32, the one-program path is one or two programs (1 or 2 SMs of 132)
 streaming 1 MB each, 64 serial steps; an H200 timed it at 68 us at M = 1, 8 and 32, 63% of the FP8 MoE
 layer at M = 1. The split path's 16 programs per token block each stream 64 KB in 8 steps of 8 KB.
 Estimate, not measured: ~5-10 us for the logits (steps bound by latency, ~1 us each) plus ~3 us for the
 second launch and its gap, so ~10 us against 68, ~1.1 ms of the mini's 4.79 ms FP8 forward (19 MoE layers).
+Measured on an H200 since: 9.5-10.2 us for the logits, but 13.7-14.9 us for the top-k as it was (below).
 Why not split K too: a logit summed from K-chunk partials rounds differently from the serial chain, and
 the paths must agree bit for bit. Why a second launch rather than the last-arriving program selecting
 (an atomic counter per token block): a counter must start at zero on every replay, which needs either a
@@ -33,6 +34,23 @@ the second launch costs ~2-3 us and holds no state. Each logit is the same fp32 
 both paths (an MMA chain in k on a GPU, whatever the tile width; under the interpreter both tiles are
 numpy products of a contiguous W^T tile, 32 wide, whose sums agree column by column), the rms pass keeps
 NORM_K = 32 on both, and with `norm` only expert tile 0 stores s and n, so they are written once.
+No float sum goes through `tl.sum`, whose order follows the layout the compiler gives a tile (a dot's
+output in one kernel, a load's in the other): on an H200 that alone made the weights' normalising sum and
+rstd differ in their last bits between the paths (every id agreed). The picks' scores are summed in pick
+order and the rms pass's squares column by column, then by a fixed tree (`_pairwise_sum`). The tests hold
+the interpreter to the same bits and a GPU to a derived bound (tests/test_kernels_router_split.py).
+
+The top-k launch runs one token per program in one warp (SELECT_BLOCK_T = 1, num_warps = 1). An H200
+timed it at 13.7 / 14.2 / 14.9 us at M = 1 / 8 / 32 when it held 16 tokens over 4 warps: its ~20
+reductions per block (per round an argmax and two sums, then the groups') each crossed warps through
+shared memory behind barriers. In one warp a reduction over a token's 256 slots is 8 values per thread and
+5 shuffles, and T tokens take T SMs; an id now comes from its slot by arithmetic (`_expert_of`, a
+reduction fewer per round) and a group's best score and its index from one pass. Estimate, not measured:
+~2-4 us alone (the launch and one load's latency), the router's two launches ~12-13 us at M <= 32.
+Not chosen: selecting in the logits launch's last-arriving program (a counter per token block that must
+be zero again after every graph replay, acq_rel atomics the interpreter cannot check); `tl.sort` over
+packed (score, index) keys (a bitonic network over 256 keys is ~36 compare-exchange stages against 8
+argmax rounds, and the groups must be ranked first anyway).
 
 The logits GEMM keeps the reference's precision: for bf16 (or fp16) h and W every product is exact
 in fp32 and the tensor cores sum in fp32, as `F.linear(h.float(), W.float())` does; for fp32 inputs
@@ -53,9 +71,12 @@ from .launch import Launch, run
 NEG_INF = tl.constexpr(float("-inf"))
 BLOCK_T = 16  # tokens per program (tl.dot's smallest M)
 BLOCK_K = 32  # hidden features per step: the (E, BLOCK_K) weight tile, 16 KB in bf16 at E = 256
-NORM_K = tl.constexpr(32)  # hidden features per step of the rms pass: fixes its order of summation
+NORM_STEPS = tl.constexpr(5)  # halvings in the rms pass's sum of its (BLOCK_T, NORM_K) tile of squares
+NORM_K = tl.constexpr(2 ** NORM_STEPS.value)  # hidden features per step of the rms pass: fixes its order
 BLOCK_E = 16  # experts per program on the split path (tl.dot's smallest N)
 SPLIT_K = 256  # hidden features per step on the split path on a GPU: a (256, 16) bf16 tile of W^T, 8 KB
+SELECT_BLOCK_T = 1  # tokens per program of the split path's top-k: one token, one warp (the module doc)
+INTERPRETED_SELECT_BLOCK_T = 16  # under the interpreter (~0.1 s a program there): the same bits, row by row
 SPLIT_MAX_T = 256  # the split path up to this many tokens (16 token blocks x 16 expert tiles at the mini)
 
 
@@ -64,8 +85,8 @@ def _add_rsqrt(x_ptr, res_ptr, s_ptr, tokens, t_ok, H, eps, stride_xt, stride_rt
                BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     """The residual stream s = x + res, rounded to x's dtype and stored for the tokens where `store`
     (BLOCK_T,) is true, and 1 / rms(s) per token (BLOCK_T,). BLOCK_K fixes the order of the squares' sum:
-    every caller passes NORM_K."""
-    sq = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    every caller passes NORM_K (= 2 ** NORM_STEPS)."""
+    sq = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32)  # one fp32 chain over k0 per column: elementwise
     for k0 in range(0, H, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         m = t_ok[:, None] & (ks < H)[None, :]
@@ -73,8 +94,19 @@ def _add_rsqrt(x_ptr, res_ptr, s_ptr, tokens, t_ok, H, eps, stride_xt, stride_rt
         r = tl.load(res_ptr + tokens[:, None] * stride_rt + ks[None, :], mask=m, other=0.0)
         s = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # one rounding, as `x + h` in torch
         tl.store(s_ptr + tokens[:, None] * stride_st + ks[None, :], s, mask=m & store[:, None])
-        sq += tl.sum(s.to(tl.float32) * s.to(tl.float32), axis=1)
-    return 1.0 / tl.sqrt(sq / H + eps)
+        sq += s.to(tl.float32) * s.to(tl.float32)
+    return 1.0 / tl.sqrt(_pairwise_sum(sq, NORM_STEPS) / H + eps)
+
+
+@triton.jit
+def _pairwise_sum(x, STEPS: tl.constexpr):
+    """(BLOCK_T, 2 ** STEPS) -> (BLOCK_T,): the sum of each row as a fixed tree (column 2i + column 2i + 1, then
+    again), so its bits do not depend on how the compiler lays the tile over threads, as `tl.sum`'s do: the
+    two router paths (and the interpreter) then round alike."""
+    for _ in tl.static_range(STEPS):
+        a, b = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = a + b
+    return tl.reshape(x, (x.shape[0],))
 
 
 @triton.jit
@@ -123,8 +155,14 @@ def _slots(N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, G_P2: tl.constexpr, 
     """The (G_P2 * S_P2,) slot layout: slot j = group j // S_P2, member j % S_P2, padded; its expert (< E)."""
     slots = tl.arange(0, G_P2 * S_P2)
     slot_ok = (slots // S_P2 < N_GROUP) & (slots % S_P2 < GROUP_SIZE)
-    expert = tl.where(slot_ok, (slots // S_P2) * GROUP_SIZE + slots % S_P2, 0)  # (SLOTS,) always < E
-    return slots, slot_ok, expert
+    return slots, slot_ok, _expert_of(slots, N_GROUP, GROUP_SIZE, S_P2)  # (SLOTS,) always < E
+
+
+@triton.jit
+def _expert_of(slot, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, S_P2: tl.constexpr):
+    """A slot's expert, as `_slots` maps it (a padding slot, picked only when every score is -inf: expert 0)."""
+    ok = (slot // S_P2 < N_GROUP) & (slot % S_P2 < GROUP_SIZE)
+    return tl.where(ok, (slot // S_P2) * GROUP_SIZE + slot % S_P2, 0)
 
 
 @triton.jit
@@ -143,13 +181,16 @@ def _select(logits, bias_ptr, ids_ptr, weights_ptr, tokens, t_ok, slots, slot_ok
     ks = tl.arange(0, K_P2)[None, :]
     ids = tl.zeros((BLOCK_T, K_P2), dtype=tl.int64)
     w = tl.zeros((BLOCK_T, K_P2), dtype=tl.float32)
+    total = tl.zeros((BLOCK_T,), dtype=tl.float32)  # the picks' scores summed in pick order, not by `tl.sum`
     for k in tl.static_range(TOP_K):
         pick = tl.argmax(flat, axis=1)[:, None]  # (BLOCK_T, 1) slot
         chosen = slots[None, :] == pick
-        ids = tl.where(ks == k, tl.sum(tl.where(chosen, expert[None, :], 0), axis=1)[:, None].to(tl.int64), ids)
-        w = tl.where(ks == k, tl.sum(tl.where(chosen, score, 0.0), axis=1)[:, None], w)
+        ids = tl.where(ks == k, _expert_of(pick, N_GROUP, GROUP_SIZE, S_P2).to(tl.int64), ids)  # no reduction
+        picked = tl.sum(tl.where(chosen, score, 0.0), axis=1)  # (BLOCK_T,) one term: exact in any order
+        w = tl.where(ks == k, picked[:, None], w)
+        total += picked
         flat = tl.where(chosen, NEG_INF, flat)
-    w = w / (tl.sum(w, axis=1)[:, None] + 1e-20) * scale
+    w = w / (total[:, None] + 1e-20) * scale
     if SHARED:  # column K: the shared expert, id E, weight 1 (`fused_moe.plan_fused_moe`)
         ids = tl.where(ks == TOP_K, N_GROUP * GROUP_SIZE, ids)
         w = tl.where(ks == TOP_K, 1.0, w)
@@ -227,8 +268,7 @@ def _route_select_kernel(part_ptr, bias_ptr, ids_ptr, weights_ptr, T, scale,
 def _kept_groups(biased, G_P2: tl.constexpr, TOPK_GROUP: tl.constexpr):
     """(BLOCK_T, G_P2, S_P2) biased scores -> bool (BLOCK_T, G_P2): the TOPK_GROUP groups whose two best
     scores sum highest (ties to the lower group)."""
-    best = tl.max(biased, axis=2)
-    first = tl.argmax(biased, axis=2)
+    best, first = tl.max(biased, axis=2, return_indices=True, return_indices_tie_break_left=True)  # one pass
     s = tl.arange(0, biased.shape[2])[None, None, :]
     second = tl.max(tl.where(s == first[:, :, None], NEG_INF, biased), axis=2)
     group_score = best + second  # (BLOCK_T, G_P2)
@@ -278,6 +318,7 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
     select = dict(N_GROUP=n_group, GROUP_SIZE=E // n_group, TOPK_GROUP=topk_group, TOP_K=top_k, G_P2=g_p2, S_P2=s_p2,
                   K_P2=triton.next_power_of_2(cols), BLOCK_T=BLOCK_T, SHARED=bool(shared))
     blocks = triton.cdiv(T, BLOCK_T)
+    select_t = INTERPRETED_SELECT_BLOCK_T if knobs.runtime.interpret else SELECT_BLOCK_T
     if split if split is not None else T <= SPLIT_MAX_T:
         part = torch.empty(T, E, dtype=torch.float32, device=h.device)  # (T, E) fp32 logits between the launches
         # the interpreter's dots are numpy products: its sums match the one-program path's only step for step
@@ -287,9 +328,9 @@ def plan_route(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k:
                             *weight.stride(), part.stride(0), res.stride(0), s_out.stride(0), n_out.stride(0)),
                            dict(BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E, BLOCK_K=step, LOW_PRECISION_IN=low,
                                 ADD_NORM=norm is not None, num_warps=4, num_stages=3)),
-                    Launch(_route_select_kernel, (blocks,),
+                    Launch(_route_select_kernel, (triton.cdiv(T, select_t),),
                            (part, bias, ids, weights, T, float(scale), part.stride(0), *ids.stride(),
-                            *weights.stride()), select | dict(num_warps=4, num_stages=1))]
+                            *weights.stride()), select | dict(BLOCK_T=select_t, num_warps=1, num_stages=1))]
     else:
         launches = [Launch(_route_kernel, (blocks,),
                            (h, weight, bias, ids, weights, res, nw, s_out, n_out, T, H, float(scale), float(eps),
