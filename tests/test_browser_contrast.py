@@ -2,7 +2,7 @@
 real Chromium on the shipped model at every stage of a run.
 
 One server serves both themes (Gradio's `?__theme=`). With the ghost on, two example runs cover the seven
-states: MBE (S, blocks of 16) drafts, then edits a finished block (MBE edit) while the next one decodes;
+states: MBE (Q, blocks of 4) drafts, then edits a finished block (MBE edit) while the next one decodes;
 Careful (Q) leaves masks in the active block (the ghost guesses inside them) and edits a token twice (T2T).
 While each runs, every frame the live canvas draws is measured; then the finished run, then each step
 scrubbed to (step 0: the prompt and its masks, the steps between: drafts and edits). A text's contrast
@@ -20,7 +20,7 @@ from contrast import AA, CANVAS_CONTRAST_JS
 from ui_helpers import shipped_app
 
 WAIT = 90_000  # ms: a state is awaited this long at most (a loaded machine is slow, never this slow)
-EXAMPLES = ("MBE (S, blocks of 16)", "Careful (Q)")
+EXAMPLES = ("MBE (Q, blocks of 4)", "Careful (Q)")
 # a mask cell's only text is its ghost; the legend's key says "mask" on the mask's wash
 STATES = {"prompt", "mask", "draft", "edit", "mbe", "stable", "ghost"}
 
