@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from ..fast.int8 import TILE_ROWS
-from ..row_exact import padded_rows, row_exact_on
+from ..fast.int8 import TILE_ROWS, padded_flat
+from ..row_exact import padded_rows
 from .int8_probe import load_now, where
 
 SHAPES = {"load": (1024, 512), "mini": (2048, 512)}  # (H, I) of the replica's routed experts
@@ -52,10 +52,7 @@ def int8_linear_scratch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, held:
     (`held`, the bench's own: no bf16 copy of a weight outlives a call). Measured slower than bf16 at every
     row count here: the dequantization costs what the bytes saved would."""
     K, N = q.shape[-1], q.shape[0]
-    flat = x.reshape(-1, K)  # (M, K)
-    M = flat.shape[0]
-    if row_exact_on() and padded_rows(M, x.device) > M:
-        flat = torch.cat([flat, flat.new_zeros(padded_rows(M, x.device) - M, K)])
+    flat = padded_flat(x)  # (M', K)
     out = flat.new_empty(flat.shape[0], N)
     rows = min(TILE_ROWS, N)
     if held.get("tile") is None or held["tile"].numel() < rows * K or held["tile"].dtype != x.dtype:
@@ -66,7 +63,7 @@ def int8_linear_scratch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, held:
         w = tile[:b - a]
         torch.mul(q[a:b], s[a:b, None].to(x.dtype), out=w)  # int8 codes times the scales, rounded once
         torch.mm(flat, w.T, out=out[:, a:b])
-    return out[:M].view(*x.shape[:-1], N)
+    return out[:x.numel() // K].view(*x.shape[:-1], N)
 
 
 def variants(H: int, I: int, E: int) -> dict:

@@ -120,14 +120,21 @@ def int8_linear_pack(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch
     return out.to(x.dtype).view(*x.shape[:-1], q.shape[0])
 
 
-def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """The same contract, dequantizing TILE_ROWS rows of q at a time into x's dtype (bf16 for fp32 too
-    would round x; it stays as it is). On the row-exact path the rows are zero-padded to `padded_rows`."""
-    K, N = q.shape[-1], q.shape[0]
+def padded_flat(x: torch.Tensor) -> torch.Tensor:
+    """x (..., K) as (M, K) rows, zero-padded to `padded_rows` on the row-exact path (the tiles' row count)."""
+    K = x.shape[-1]
     flat = x.reshape(-1, K)  # (M, K)
     M = flat.shape[0]
     if row_exact_on() and padded_rows(M, x.device) > M:
         flat = torch.cat([flat, flat.new_zeros(padded_rows(M, x.device) - M, K)])
+    return flat
+
+
+def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The same contract, dequantizing TILE_ROWS rows of q at a time into x's dtype (bf16 for fp32 too
+    would round x; it stays as it is). On the row-exact path the rows are zero-padded to `padded_rows`."""
+    K, N = q.shape[-1], q.shape[0]
+    flat = padded_flat(x)  # (M', K)
     out = flat.new_empty(flat.shape[0], N)
     tile = torch.empty(min(TILE_ROWS, N), K, dtype=x.dtype, device=x.device)
     for a in range(0, N, TILE_ROWS):
@@ -136,7 +143,7 @@ def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
         w.copy_(q[a:b])  # int8 -> x's dtype
         w.mul_(s[a:b, None].to(x.dtype))
         torch.mm(flat, w.T, out=out[:, a:b])
-    return out[:M].view(*x.shape[:-1], N)
+    return out[:x.numel() // K].view(*x.shape[:-1], N)
 
 
 def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
