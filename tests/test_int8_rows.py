@@ -87,3 +87,20 @@ def test_the_rows_bench_times_each_kernel_per_row_count(tmp_path):
     assert [r["rows"] for r in rows] == [1, 21] and report["load"]["hidden"] == 1024
     assert set(rows[0]["median_us_per_expert"]) == {"bf16", "pack", "tiles", "scratch", "intmm"}
     assert all(v > 0 for r in rows for v in r["over_bf16"].values()) and report["commit"]
+
+
+def test_the_configs_bench_times_before_and_after_and_finds_the_same_logits(tmp_path, tiny_model_dir):
+    from llada.bench import int8_configs
+    from llada.fast import int8
+
+    kept = int8.Int8Experts.forward, int8.KERNELS["intmm"]
+    out = tmp_path / "configs.json"
+    assert int8_configs.main(["--model", str(tiny_model_dir), "--prefix", "16", "--block", "8", "--rounds", "2",
+                              "--iters", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (int8.Int8Experts.forward, int8.KERNELS["intmm"]) == kept  # the stepwise swap is undone
+    assert len(report["rounds"]) == 2 and all(len(r["seconds"]["int8"]) == 1 for r in report["rounds"])
+    assert set(report["over_default_per_round"]) == {"int8 stepwise", "int8"} and report["commit"]
+    logits = report["logits"]
+    assert logits["int8_equals_stepwise_bit_for_bit"] and logits["positions"] == 24
+    assert 0 < logits["int8"]["logits_rel_rmse"] < 0.5 and logits["int8"] == logits["int8 stepwise"]

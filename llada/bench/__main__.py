@@ -1,7 +1,7 @@
 """`python -m llada.bench NAME [options]`: run one benchmark.
 
-NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, int8-rows, gpu-check, lease, train,
-indel, repair.
+NAME is one of decode, batch, split, stream, versus, kernels, forward, load, int8, int8-rows, int8-configs,
+gpu-check, lease, train, indel, repair.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ BENCHES = {"decode": "decode speed with the KV cache on and off",
            "lease": "a short GPU lease in one command: preflight, then capped parts, a few files back",
            "train": "training step speed on the CPU: tokens/s and GFLOP/s beside a plain matmul",
            "int8-rows": "one int8 expert's products against bf16 per row count: where the kernels cross",
+           "int8-configs": "the int8 forward's steps before and after sharing x's digits, against the default load",
            "indel": "a LLaDA2.2-format model on the tasks: accuracy, TPF, runs with inserts and deletes",
            "repair": "one corrupted token of a finished answer: how often T2T (and MBE) edits it back"}
 

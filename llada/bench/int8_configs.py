@@ -1,0 +1,131 @@
+"""The int8 forward before and after a change of its kernels' steps, against the default CPU load, taking turns.
+
+    python -m llada.bench int8-configs --shape load --version 2.2 --rounds 3 --iters 9
+
+One process loads a replica twice, the default way (bf16 above 1B parameters) and in int8, and times the decode
+loop's call (`forward_rows`: a `--block`-token block over a `--prefix`-token KV cache) of three variants taking
+turns, so that a busy machine's noise hits each alike: "default", "int8 stepwise" (each pair's row split into
+two int8 digits per product, step by step: `Int8Experts.forward_ref`, `int8_linear_intmm_ref`: the int8
+forward before the digits were shared) and "int8" (as it runs: `int8_digits` once per layer for the experts'
+many rows, `grouped_intmm`). Each round reports the medians and int8 / default; the rounds show how much
+the ratio moves with the load. Then the logits of a prefix + block forward (fp32, the `--agree` forward of
+`llada.bench int8`): whether the two int8 variants agree bit for bit, and each one's relative RMSE and top-1
+agreement (all positions, the block's) against the default's.
+
+The stepwise variant is set by swapping the class's forward and the "intmm" kernel for the duration of its
+calls (this benchmark's process only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+VARIANTS = ("default", "int8 stepwise", "int8")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m llada.bench int8-configs", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="a bf16 model directory (default: a replica of --shape)")
+    parser.add_argument("--shape", default="load", help="replica shape: tiny or load (~2.2 GB)")
+    parser.add_argument("--version", default="2.2", choices=("2.1", "2.2"), help="replica version")
+    parser.add_argument("--workdir", default="/tmp/llada-replicas", help="where replicas are written and reused")
+    parser.add_argument("--prefix", type=int, default=1024, help="tokens in the KV cache")
+    parser.add_argument("--block", type=int, default=32, help="tokens per forward")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of timed turns")
+    parser.add_argument("--iters", type=int, default=9, help="timed forwards per variant and round")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/int8-configs-<shape>.json)")
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def stepwise(on: bool):
+    """Inside, int8 runs its step-by-step definitions (the forward before the digits were shared)."""
+    from ..fast import int8
+
+    kept = int8.Int8Experts.forward, int8.KERNELS["intmm"]
+    if on:
+        int8.Int8Experts.forward, int8.KERNELS["intmm"] = int8.Int8Experts.forward_ref, int8.int8_linear_intmm_ref
+    try:
+        yield
+    finally:
+        int8.Int8Experts.forward, int8.KERNELS["intmm"] = kept
+
+
+def turns(models: dict, caches: dict, block: torch.Tensor, prefix: int, iters: int) -> dict[str, list[float]]:
+    """Seconds per forward of each variant, taking turns, after one warm-up turn."""
+    from ..model import RowInput
+
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    with torch.inference_mode():
+        for i in range(iters + 1):
+            for name in VARIANTS:
+                with stepwise(name == "int8 stepwise"):
+                    t = time.perf_counter()
+                    models[name].forward_rows([RowInput(block, start=prefix, cache=caches[name])])
+                    if i:
+                        times[name].append(round(time.perf_counter() - t, 4))
+    return times
+
+
+def logits_report(models: dict, vocab: int, prefix: int, block: int) -> dict:
+    """Each int8 variant's logits against the default's, and whether the two int8 variants agree bit for bit."""
+    from ..fast.kernels.reference import rel_rmse
+    from ..model import block_causal_mask
+    from .int8_probe import random_ids
+
+    T = prefix + block
+    ids = random_ids(vocab, T, seed=1)[None]  # (1, T)
+    mask = block_causal_mask(torch.arange(T) // block)
+    out = {}
+    with torch.inference_mode():
+        for name in VARIANTS:
+            with stepwise(name == "int8 stepwise"):
+                out[name] = models[name](ids, mask=mask)[0]  # (T, V) fp32
+    ref, top = out["default"], out["default"].argmax(-1)
+    report = {"int8_equals_stepwise_bit_for_bit": torch.equal(out["int8"], out["int8 stepwise"]), "positions": T}
+    for name in VARIANTS[1:]:
+        same = out[name].argmax(-1) == top  # (T,)
+        report[name] = {"logits_rel_rmse": round(float(rel_rmse(out[name], ref)), 4),
+                        "top1_agreement": round(same.float().mean().item(), 4),
+                        "top1_agreement_block": round(same[-block:].float().mean().item(), 4)}
+    return report
+
+
+def main(argv: list[str]) -> int:
+    from ..weights.checkpoint import load_model
+    from .int8 import _prefill
+    from .int8_probe import load_now, where
+    from .load import replica
+    from .timing import start, write_report
+
+    args = parse(argv)
+    start(args.threads)
+    root = Path(args.model) if args.model else replica(args.shape, Path(args.workdir), args.version)
+    ref, quant = load_model(root), load_model(root, quantize="int8")
+    models = {"default": ref, "int8 stepwise": quant, "int8": quant}
+    (c1, block), (c2, _) = _prefill(ref, args.prefix, args.block), _prefill(quant, args.prefix, args.block)
+    caches = {"default": c1, "int8 stepwise": c2, "int8": c2}  # a forward of the block writes the same keys
+    report = {"bench": "int8-configs", "command": "python -m llada.bench int8-configs " + " ".join(argv), **where(),
+              "model": str(root), "version": args.version, "prefix": args.prefix, "block": args.block, "rounds": []}
+    for _ in range(args.rounds):
+        began = load_now()
+        times = turns(models, caches, block, args.prefix, args.iters)
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        report["rounds"].append({"load_average": {"start": began, "end": load_now()}, "median_seconds": medians,
+                                 "over_default": {n: round(medians[n] / medians["default"], 3) for n in VARIANTS[1:]},
+                                 "seconds": times})
+    report["over_default_per_round"] = {n: [r["over_default"][n] for r in report["rounds"]] for n in VARIANTS[1:]}
+    report["logits"] = logits_report(models, ref.config.vocab_size, args.prefix, args.block)
+    name = root.name if args.model else f"{args.shape}-{args.version}"
+    out = write_report(report, args.out, f"bench/results/int8-configs-{name}.json")
+    print(f"[int8-configs] int8 / default per round {report['over_default_per_round']}; logits "
+          f"{report['logits']}; wrote {out}", file=sys.stderr)
+    return 0
