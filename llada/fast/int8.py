@@ -24,7 +24,9 @@ Kernels (measured on this machine's AVX-512 BF16 cores, one thread, bench/result
                                   it depends on the machine's load: 1.5x pack at 21 rows on a quiet machine,
                                   faster than pack from ~8-12 rows with other work on the cores (int8-rows*.json
                                   in bench/results); in the whole forward it is the faster choice for an
-                                  expert's many rows (int8-configs-03a5769.json).
+                                  expert's many rows (int8-configs-03a5769.json). `int8_digits` splits rows
+                                  once; `grouped_intmm` runs several experts' products on one split (a token
+                                  goes to K experts: its row is split once, not K times), the same bits.
     int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the others are tested against.
 
 On the row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. Each kernel
@@ -298,8 +300,9 @@ class Int8Linear(nn.Module):
 class Int8Experts(nn.Module):
     """Routed experts with int8 weights: w13 (E, 2I, H) + w13_scale (E, 2I), w2 (E, H, I) + w2_scale (E, H).
 
-    forward(x (T, H), ids (T, K), weights (T, K)) -> (T, H), the contract of `llada.model.Experts`: a loop
-    over the experts that received tokens, each one's rows through its two products.
+    forward(x (T, H), ids (T, K), weights (T, K)) -> (T, H), the contract of `llada.model.Experts`: the few
+    pairs in a loop over their experts, each one's rows through its two products; the many on x's digits
+    made once (`grouped_intmm`). `forward_ref` is the plain loop over every (expert, kernel), the same bits.
 
     The kernel follows the rows (with impl "pack"): an expert that one row of the forward sends fewer than
     `many_rows` tokens runs them on the pack kernel, which wins at few rows (it reads half a bf16 product's
