@@ -99,8 +99,10 @@ def test_the_configs_bench_times_before_and_after_and_finds_the_same_logits(tmp_
                               "--iters", "1", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert (int8.Int8Experts.forward, int8.KERNELS["intmm"]) == kept  # the stepwise swap is undone
-    assert len(report["rounds"]) == 2 and all(len(r["seconds"]["int8"]) == 1 for r in report["rounds"])
-    assert set(report["over_default_per_round"]) == {"int8 stepwise", "int8"} and report["commit"]
+    assert len(report["rounds"]) == 2 and all(len(r["seconds"]["int8"]["cpu"]) == 1 for r in report["rounds"])
+    assert set(report["over_default_per_round"]) == set(report["cpu_over_default_per_round"]) == {"int8 stepwise",
+                                                                                                 "int8"}
+    assert report["commit"]
     logits = report["logits"]
     assert logits["int8_equals_stepwise_bit_for_bit"] and logits["positions"] == 24
     assert 0 < logits["int8"]["logits_rel_rmse"] < 0.5 and logits["int8"] == logits["int8 stepwise"]

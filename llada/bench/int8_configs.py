@@ -7,10 +7,11 @@ loop's call (`forward_rows`: a `--block`-token block over a `--prefix`-token KV 
 turns, so that a busy machine's noise hits each alike: "default", "int8 stepwise" (each pair's row split into
 two int8 digits per product, step by step: `Int8Experts.forward_ref`, `int8_linear_intmm_ref`: the int8
 forward before the digits were shared) and "int8" (as it runs: `int8_digits` once per layer for the experts'
-many rows, `grouped_intmm`). Each round reports the medians and int8 / default; the rounds show how much
-the ratio moves with the load. Then the logits of a prefix + block forward (fp32, the `--agree` forward of
-`llada.bench int8`): whether the two int8 variants agree bit for bit, and each one's relative RMSE and top-1
-agreement (all positions, the block's) against the default's.
+many rows, `grouped_intmm`). Each round reports the medians and int8 / default, of the wall's seconds and of
+this process's CPU seconds; the rounds show how much the ratio moves with the load. Then the logits of a
+prefix + block forward (fp32, the `--agree` forward of `llada.bench int8`): whether the two int8 variants agree
+bit for bit, and each one's relative RMSE and top-1 agreement (all positions, the block's) against the
+default's.
 
 The stepwise variant is set by swapping the class's forward and the "intmm" kernel for the duration of its
 calls (this benchmark's process only).
@@ -59,19 +60,21 @@ def stepwise(on: bool):
         int8.Int8Experts.forward, int8.KERNELS["intmm"] = kept
 
 
-def turns(models: dict, caches: dict, block: torch.Tensor, prefix: int, iters: int) -> dict[str, list[float]]:
-    """Seconds per forward of each variant, taking turns, after one warm-up turn."""
+def turns(models: dict, caches: dict, block: torch.Tensor, prefix: int, iters: int) -> dict[str, dict]:
+    """Wall and CPU seconds (this process's, all threads) per forward of each variant, taking turns, after one
+    warm-up turn. The CPU seconds move less with other work on a shared machine than the wall's."""
     from ..model import RowInput
 
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times = {name: {"wall": [], "cpu": []} for name in VARIANTS}
     with torch.inference_mode():
         for i in range(iters + 1):
             for name in VARIANTS:
                 with stepwise(name == "int8 stepwise"):
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     models[name].forward_rows([RowInput(block, start=prefix, cache=caches[name])])
                     if i:
-                        times[name].append(round(time.perf_counter() - t, 4))
+                        times[name]["wall"].append(round(time.perf_counter() - t, 4))
+                        times[name]["cpu"].append(round(time.process_time() - c, 4))
     return times
 
 
@@ -118,14 +121,19 @@ def main(argv: list[str]) -> int:
     for _ in range(args.rounds):
         began = load_now()
         times = turns(models, caches, block, args.prefix, args.iters)
-        medians = {name: statistics.median(t) for name, t in times.items()}
-        report["rounds"].append({"load_average": {"start": began, "end": load_now()}, "median_seconds": medians,
-                                 "over_default": {n: round(medians[n] / medians["default"], 3) for n in VARIANTS[1:]},
+        wall = {name: statistics.median(t["wall"]) for name, t in times.items()}
+        cpu = {name: statistics.median(t["cpu"]) for name, t in times.items()}
+        report["rounds"].append({"load_average": {"start": began, "end": load_now()}, "median_seconds": wall,
+                                 "median_cpu_seconds": cpu,
+                                 "over_default": {n: round(wall[n] / wall["default"], 3) for n in VARIANTS[1:]},
+                                 "cpu_over_default": {n: round(cpu[n] / cpu["default"], 3) for n in VARIANTS[1:]},
                                  "seconds": times})
-    report["over_default_per_round"] = {n: [r["over_default"][n] for r in report["rounds"]] for n in VARIANTS[1:]}
+    for key in ("over_default", "cpu_over_default"):
+        report[f"{key}_per_round"] = {n: [r[key][n] for r in report["rounds"]] for n in VARIANTS[1:]}
     report["logits"] = logits_report(models, ref.config.vocab_size, args.prefix, args.block)
     name = root.name if args.model else f"{args.shape}-{args.version}"
     out = write_report(report, args.out, f"bench/results/int8-configs-{name}.json")
-    print(f"[int8-configs] int8 / default per round {report['over_default_per_round']}; logits "
+    print(f"[int8-configs] int8 / default per round, wall {report['over_default_per_round']}, CPU "
+          f"{report['cpu_over_default_per_round']}; logits "
           f"{report['logits']}; wrote {out}", file=sys.stderr)
     return 0
