@@ -194,7 +194,7 @@ def combine_digits(acc: torch.Tensor, hi: torch.Tensor | slice, lo: torch.Tensor
     """acc (R, N) int32, the products of both digits' rows (`hi`, `lo`: which rows, a slice or an index),
     -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype`: sx (M, 1), s (N,) or (M, N) fp32."""
     pick = (lambda i: acc[i]) if isinstance(hi, slice) else (lambda i: acc.index_select(0, i))
-    y = pick(lo).float().div_(254).add_(pick(hi))  # (M, N) fp32: at most 127 * 127 * K each, rounded as .float()
+    y = torch.div(pick(lo), 254).add_(pick(hi))  # (M, N) fp32 (int32 promotes): |acc| <= 127 * 127 * K, as .float()
     return y.mul_(sx).mul_(s).to(dtype)
 
 
