@@ -1,12 +1,14 @@
-"""x's two int8 digits made once (`llada.fast.int8.int8_digits`) and shared by several experts' products
+"""x's two int8 digits made once (`llada.fast.int8_digits.int8_digits`) and shared by several experts' products
 (`grouped_intmm`, `Int8Experts._many`): bit for bit what the step-by-step definitions give
 (`int8_linear_intmm_ref`, `Int8Experts.forward_ref`), ties and odd shapes included."""
 
 import pytest
 import torch
 
-from llada.fast.int8 import (Int8Experts, grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref,
-                             quantize_int8, round_half_even)
+from llada.fast import int8
+from llada.fast.int8 import Int8Experts, quantize_int8
+from llada.fast.int8_digits import (grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref,
+                                    round_half_even)
 from llada.model import Experts
 from llada.row_exact import row_exact
 
@@ -85,3 +87,14 @@ def test_experts_on_the_row_exact_path_keep_each_rows_bits():
     for a in (0, 8):
         with row_exact((8,)):
             assert torch.equal(i8(x[a:a + 8], ids[a:a + 8], w[a:a + 8]), both[a:a + 8])
+
+
+def test_experts_in_small_groups_keep_their_bits(monkeypatch):
+    """A long prefill's many pairs run in groups of experts (`GROUP_PAIRS`); the group never changes a pair's bits."""
+    i8 = _experts(many_rows=2)
+    ids = torch.stack([torch.randperm(E)[:K] for _ in range(40)])
+    x, w = torch.randn(40, H, dtype=torch.bfloat16), torch.rand(40, K)
+    whole = i8(x, ids, w)
+    monkeypatch.setattr(int8, "GROUP_PAIRS", 20)  # ~17 pairs per expert: one or two experts per group
+    assert torch.equal(i8(x, ids, w), whole) and torch.equal(whole, i8.forward_ref(x, ids, w))
+    assert int8._expert_groups([0, 3, 0, 5, 2, 9, 1], 7) == [[1], [3, 4], [5], [6]]

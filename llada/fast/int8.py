@@ -24,9 +24,9 @@ Kernels (measured on this machine's AVX-512 BF16 cores, one thread, bench/result
                                   it depends on the machine's load: 1.5x pack at 21 rows on a quiet machine,
                                   faster than pack from ~8-12 rows with other work on the cores (int8-rows*.json
                                   in bench/results); in the whole forward it is the faster choice for an
-                                  expert's many rows (int8-configs-03a5769.json). `int8_digits` splits rows
-                                  once; `grouped_intmm` runs several experts' products on one split (a token
-                                  goes to K experts: its row is split once, not K times), the same bits.
+                                  expert's many rows (int8-configs-03a5769.json). It lives in
+                                  `llada.fast.int8_digits`, with `grouped_intmm`: several experts' products on
+                                  one split of x (a token goes to K experts: its row is split once), same bits.
     int8_linear_ref(x, q, s)      the definition: x @ (q * s)^T in fp32; what the others are tested against.
 
 On the row-exact path (`llada.row_exact`) a row's result must not depend on the rows beside it. Each kernel
@@ -48,20 +48,20 @@ vocabulary's two matrices are read a row at a time or once per forward).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..model import Experts, LLaDA2MoE
 from ..row_exact import padded_rows, row_exact_on, row_sizes
+from .int8_digits import grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref
 
 IMPLS = ("pack", "tiles", "torch", "intmm")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
 TILE_ROWS = 512  # rows of q dequantized at a time by the tiles kernel (a bf16 tile of 512 x 2048 is 2 MiB)
 COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
 MANY_ROWS = 12  # an expert's tokens from one row from which they run intmm (bench/results/int8-configs-*.json)
+GROUP_PAIRS = 2048  # most (token, expert) pairs of one intmm group: at the mini's sizes ~100 MiB of buffers
 LINEAR_IMPL = "intmm"  # the attention, dense and shared-expert projections' kernel
 
 
@@ -148,109 +148,6 @@ def int8_linear_tiles(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
         w.mul_(s[a:b, None].to(x.dtype))
         torch.mm(flat, w.T, out=out[:, a:b])
     return out[:x.numel() // K].view(*x.shape[:-1], N)
-
-
-ROUNDER = 1.5 * 2 ** 23  # u + ROUNDER - ROUNDER rounds fp32 |u| < 2^22 to the nearest integer, ties to even
-
-
-def round_half_even(u: torch.Tensor) -> torch.Tensor:
-    """fp32 u (|u| < 2^22) -> round(u), a new fp32 tensor: adding 1.5 * 2^23 leaves no fraction bits (the sum
-    lies in [2^23, 2^24), spaced by 1), so the add itself rounds, to even; subtracting it back is exact.
-    torch.round's bits (but -0.0 comes out as 0.0), in two vectorized passes: torch.round has no vectorized
-    CPU loop (measured ~4 ms for 21 x 1024 against ~13 us)."""
-    return torch.add(u, ROUNDER).sub_(ROUNDER)
-
-
-@dataclass
-class Digits:
-    """Rows x (M, K) as two int8 digits each over the row's absolute maximum: x ~ (hi + lo / 254) * scale.
-
-    codes (2, M, K) int8: hi = round(x / scale) then lo = round((x / scale - hi) * 254), both in [-127, 127];
-    scale (M, 1) fp32 = amax|x| / 127. A row's digits depend on that row alone."""
-
-    codes: torch.Tensor
-    scale: torch.Tensor
-
-    @property
-    def rows(self) -> int:
-        return self.codes.shape[1]
-
-
-def int8_digits(x: torch.Tensor) -> Digits:
-    """x (..., K) float -> its rows' `Digits` (`int8_linear_intmm_ref` makes the same ones, slower)."""
-    K = x.shape[-1]
-    flat = x.reshape(-1, K)  # (M, K)
-    sx = flat.abs().amax(-1, keepdim=True).float().clamp_min_(1e-30).div_(127)  # (M, 1); abs, max exact in x's dtype
-    u = torch.div(flat, sx)  # (M, K) fp32 (bf16 x promotes exactly), in [-127, 127]
-    hi = round_half_even(u)
-    codes = torch.empty(2, *flat.shape, dtype=torch.int8, device=x.device)  # (2, M, K)
-    codes[0].copy_(hi)
-    codes[1].copy_(round_half_even(u.sub_(hi).mul_(254)))  # the rest, in [-127, 127]
-    return Digits(codes, sx)
-
-
-def combine_digits(acc: torch.Tensor, hi: torch.Tensor | slice, lo: torch.Tensor | slice, sx: torch.Tensor,
-                   s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """acc (R, N) int32, the products of both digits' rows (`hi`, `lo`: which rows, a slice or an index),
-    -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype`: sx (M, 1), s (N,) or (M, N) fp32."""
-    pick = (lambda i: acc[i]) if isinstance(hi, slice) else (lambda i: acc.index_select(0, i))
-    y = torch.div(pick(lo), 254).add_(pick(hi))  # (M, N) fp32 (int32 promotes): |acc| <= 127 * 127 * K, as .float()
-    return y.mul_(sx).mul_(s).to(dtype)
-
-
-def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """x (..., K) @ (q * s)^T on integer products: each row of x written as two int8 digits over its absolute
-    maximum (`int8_digits`, x to ~15 bits, finer than bf16's 8 for all but a row's smallest entries), both
-    digits in one exact int8 x int8 product (`torch._int_mm`, int32), then scaled by sx and s. A row's result
-    depends on that row alone, bit for bit, at any row count; the bits of `int8_linear_intmm_ref`. One digit
-    alone was faster but moved the logits (top-1 agreement 0.77 against 0.78)."""
-    K, N = q.shape[-1], q.shape[0]
-    d = int8_digits(x)
-    M = d.rows
-    acc = torch._int_mm(d.codes.view(2 * M, K), q.T)  # (2M, N) int32, exact
-    y = combine_digits(acc, slice(0, M), slice(M, 2 * M), d.scale, s.float(), x.dtype)
-    return y.view(*x.shape[:-1], N)
-
-
-def int8_linear_intmm_ref(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """`int8_linear_intmm` as the definition reads, step by step on fp32 copies (torch.round): the same bits."""
-    K, N = q.shape[-1], q.shape[0]
-    flat = x.reshape(-1, K).float()  # (M, K)
-    M = flat.shape[0]
-    sx = flat.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127  # (M, 1)
-    u = flat / sx  # (M, K) in [-127, 127] (a new tensor: x itself may be flat)
-    hi = u.round()
-    lo = u.sub_(hi).mul_(254).round_()  # the rest, in [-127, 127]
-    acc = torch._int_mm(torch.cat([hi, lo]).to(torch.int8), q.T).float()  # (2M, N): at most 127 * 127 * K, exact
-    y = acc[M:].div_(254).add_(acc[:M])  # (M, N)
-    return y.mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
-
-
-def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
-                  s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Several experts' products on one digit split: `int8_linear_intmm` of each expert's rows, the same bits.
-
-    d: the digits of M rows; rows (P,) which of them, sorted by expert: `sizes[j]` rows for expert
-    `experts[j]`, one after another; q (E, N, K) int8, s (E, N). -> (P, N) in `dtype`. The rows' digits are
-    gathered into one int8 buffer, each expert's hi rows then its lo rows (its block), one `torch._int_mm`
-    per block into one int32 buffer; the digits' sum and both scales for all P rows at once."""
-    K, N, M, P = q.shape[-1], q.shape[-2], d.rows, rows.numel()
-    dev = rows.device
-    n = torch.tensor(sizes, device=dev)  # (G,) rows per block
-    begin = torch.cumsum(n, 0) - n  # (G,) first row of each expert among the P
-    b, m = begin.repeat_interleave(n), n.repeat_interleave(n)  # (P,) each row's expert's first row and count
-    hi = torch.arange(P, device=dev) + b  # (P,) where each row's hi digits sit in the blocks (a block: 2 n rows)
-    lo = hi + m
-    index = torch.empty(2 * P, dtype=torch.long, device=dev)
-    index[hi], index[lo] = rows, rows + M
-    codes = d.codes.view(2 * M, K).index_select(0, index)  # (2P, K) int8, expert by expert
-    acc = torch.empty(2 * P, N, dtype=torch.int32, device=dev)
-    at = 0
-    for e, size in zip(experts, sizes):
-        torch._int_mm(codes[at:at + 2 * size], q[e].T, out=acc[at:at + 2 * size])  # (2 size, N), exact
-        at += 2 * size
-    scale = s.index_select(0, torch.tensor(experts, device=dev).repeat_interleave(n)).float()  # (P, N)
-    return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), scale, dtype)
 
 
 KERNELS = {"pack": int8_linear_pack, "tiles": int8_linear_tiles, "torch": int8_linear_ref,
@@ -359,14 +256,19 @@ class Int8Experts(nn.Module):
 
     def _many(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """The same contract on intmm: x's rows split into digits once (not once per pair: a token goes to K
-        experts), the hidden rows of all experts at once, one `torch._int_mm` per expert and product."""
-        used = [e for e, n in enumerate(counts) if n]
-        sizes = [counts[e] for e in used]
-        gate, up = grouped_intmm(int8_digits(x), tokens, sizes, used, self.w13, self.w13_scale,
-                                 x.dtype).chunk(2, dim=-1)  # (P, I) each
-        h = F.silu(gate) * up  # (P, I)
-        rows = torch.arange(h.shape[0], device=x.device)
-        return grouped_intmm(int8_digits(h), rows, sizes, used, self.w2, self.w2_scale, x.dtype)  # (P, H)
+        experts), the hidden rows of several experts at once, one `torch._int_mm` per expert and product.
+        Experts go in groups of up to GROUP_PAIRS pairs (an expert's pairs never split), which bounds the
+        int32 and fp32 buffers of a long prefill; a pair's bits do not depend on its group."""
+        d, ys, begin = int8_digits(x), [], 0
+        for used in _expert_groups(counts, GROUP_PAIRS):
+            sizes = [counts[e] for e in used]
+            rows = tokens[begin:begin + sum(sizes)]  # (P,) this group's tokens, sorted by expert
+            gate, up = grouped_intmm(d, rows, sizes, used, self.w13, self.w13_scale, x.dtype).chunk(2, dim=-1)
+            h = F.silu(gate) * up  # (P, I) each of gate, up, h
+            at = torch.arange(h.shape[0], device=x.device)
+            ys.append(grouped_intmm(int8_digits(h), at, sizes, used, self.w2, self.w2_scale, x.dtype))  # (P, H)
+            begin += len(rows)
+        return ys[0] if len(ys) == 1 else torch.cat(ys)
 
     def forward_ref(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                     many: torch.Tensor | None = None) -> torch.Tensor:
@@ -408,6 +310,20 @@ class Int8Experts(nn.Module):
         E, I2, H = self.w13.shape
         return (f"experts={E}, hidden={H}, inner={I2 // 2}, int8 rows, impl={self.impl}, "
                 f"intmm from {self.many_rows} rows")
+
+
+def _expert_groups(counts: list[int], most: int) -> list[list[int]]:
+    """The experts with pairs (counts[e] > 0), in order, in runs of at most `most` pairs (one expert with more
+    is a run of its own)."""
+    groups, total = [], most
+    for e, n in enumerate(counts):
+        if n:
+            if total + n > most:
+                groups.append([])
+                total = 0
+            groups[-1].append(e)
+            total += n
+    return groups
 
 
 def int8_linears(module: nn.Module) -> list[tuple[nn.Module, str]]:
