@@ -62,19 +62,22 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
 }
 GPU_REASON = "needs a CUDA GPU"
-# files started first, in this order (pytest.ini hands whole files to three workers, in collection order, with
+# files started first, in this order (pytest.ini hands whole files to the workers, in collection order, with
 # `--no-loadscope-reorder`): the longest first, so that none of them starts last and keeps the run going alone
-# (a worker that finishes takes the next longest). Ranked by CPU seconds alone
-# (bench/results/test-cpu-seconds-377fdb0.json and -dfe7f68.json: the cold AOT compile ~125 s in one process
-# (~30 s warm), the memory soak ~70 s, the dist agreement ~58 s, the documents' commands ~55 s, the engine's
-# self-check ~40 s, the embedded model's batches ~40 s, the static path's golden decode ~35 s), the files not
-# measured there by their minutes in the loaded CI run (--durations); every other file follows in its collected
-# order.
-FIRST = ("test_memory_soak.py", "test_kernels_aot.py", "test_dist.py", "test_engine_self_check.py",
-         "test_docs_commands.py", "test_batch_embedded.py", "test_graphs_fast.py",
-         "test_browser.py", "test_batch_eval.py", "test_docs_commands_benchmarks.py",
-         "test_engine_fallback.py", "test_fp8_checkpoint.py", "test_soak.py", "test_zerogpu.py",
-         "test_docs_commands_playground.py", "test_docs_commands_training.py")
+# (a worker that finishes takes the next longest). Ranked by wall seconds in a whole run (the sum of a file's
+# tests' --durations, bench/results/test-walls-*.json): most of the suite's wall is waiting (a browser test
+# waits on Chromium and on replays drawn at their pace: the Learn tabs 180 s of wall for 15 CPU s), so a file's
+# wall, not its CPU, decides when it ends. The Triton AOT compile stays second: 30 CPU s with a warm cache, 125
+# with a cold one. Every other file follows in its collected order.
+FIRST = ("test_browser_learn.py", "test_kernels_aot.py", "test_browser_moves.py", "test_lease.py",
+         "test_memory_soak.py", "test_docs_commands.py", "test_browser_phone.py", "test_soak.py", "test_ui_pace.py",
+         "test_browser.py", "test_browser_first_visit.py", "test_browser_explorer.py", "test_engine_self_check.py",
+         "test_dist.py", "test_docs_commands_distributed.py", "test_bench_int8.py", "test_reliability.py",
+         "test_dist_app.py", "test_browser_scrub.py", "test_batch_eval.py", "test_dist_eval.py",
+         "test_graphs_fast.py", "test_kernels_router_split.py", "test_int8_checkpoint.py", "test_batch_embedded.py",
+         "test_browser_scrub_tabs.py", "test_lease_next.py", "test_humaneval.py", "test_docs_commands_benchmarks.py",
+         "test_token_ids22.py", "test_browser_contrast.py", "test_sandbox.py", "test_train_run.py",
+         "test_fast_layers.py", "test_dist_quantized.py", "test_bench_stream.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -30,11 +30,16 @@ def lessons() -> dict[str, recorded.Recording]:
     return {r.idea: r for r in recordings.values()}
 
 
+REPLAY_SECONDS = 0.6  # a tick's time here: half the app's (learn.STEP_SECONDS, slow enough to read), the same steps
+
+
 @pytest.fixture(scope="module")
 def learn_url(tiny_model_dir):
-    demo, url = launch_app(tiny_model_dir, recordings=recorded.load_recordings())
-    yield url
-    demo.close()
+    with pytest.MonkeyPatch.context() as patch:  # the timers are made with the pace the module holds
+        patch.setattr(learn, "STEP_SECONDS", REPLAY_SECONDS)
+        demo, url = launch_app(tiny_model_dir, recordings=recorded.load_recordings())
+        yield url
+        demo.close()
 
 
 @pytest.fixture(params=[(v, t) for v in VIEWPORTS for t in ("light", "dark")], ids=lambda p: f"{p[0]}-{p[1]}")

@@ -48,10 +48,12 @@ def build_model(shape: str, device: torch.device, quantize: str) -> tuple[LLaDA2
     return model, sizes
 
 
-def run_one(model: LLaDA2MoE, prompt: list[int], gen_length: int, use_cache: bool, forward: str) -> dict:
+def run_one(model: LLaDA2MoE, prompt: list[int], gen_length: int, use_cache: bool, forward: str,
+            **settings) -> dict:
+    """One decode of `gen_length` tokens on the `forward` path (DecodeConfig `settings` on top of this bench's)."""
     vocab = model.config.vocab_size
-    cfg = DecodeConfig(threshold=1.0, editing_threshold=None, gen_length=gen_length, block_length=32,
-                       use_cache=use_cache)
+    cfg = DecodeConfig(**{"threshold": 1.0, "editing_threshold": None, "gen_length": gen_length, "block_length": 32,
+                          "use_cache": use_cache} | settings)
     sync(model.device)
     start = time.perf_counter()
     result = generate(model, prompt, cfg, mask_id=vocab - 1, eos_id=vocab - 2, forward=forward)

@@ -167,9 +167,11 @@ def _measure(model, cache, block, prefix: int, B: int, device, iters: int) -> di
         with count_launches() as count:  # one eager forward: how many kernels the graph replaces
             model(block, start=prefix, cache=cache)
         step = lambda: graphs(block, lo, hi, prefix // B)  # noqa: E731  (the decode loop's call)
-        step(), step()  # warm-up, then the recording on CUDA
-        static_ms = time_ms(step, device, iters)
-        eager_ms = time_ms(lambda: model(block, start=prefix, cache=cache), device, iters)
+        for _ in range(2 if device.type == "cuda" else 1):  # warm-up, then the recording on CUDA
+            step()
+        warm = int(device.type == "cuda")  # on the CPU both paths have just run once: no second warm-up
+        static_ms = time_ms(step, device, iters, warmup=warm)
+        eager_ms = time_ms(lambda: model(block, start=prefix, cache=cache), device, iters, warmup=warm)
     nbytes = forward_bytes(model, block, cache, prefix)
     copy = copy_gb_per_s(device, (8 if device.type != "cuda" else 1024) << 20, iters)
     return {"path": "cuda graph" if graphs.replays else "static forward, eager", "forward_ms": static_ms,

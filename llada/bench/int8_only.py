@@ -1,6 +1,7 @@
 """`python -m llada.bench int8 --int8-only`: the int8 model alone, from a replica written straight in int8.
 
-    python -m llada.bench int8 --shape mini --int8-only --workdir /work/scratch-int8
+    python -m llada.bench int8 --shape mini --int8-only --workdir runs/int8
+    python -m llada.bench int8 --shape mini --int8-only --version 2.2 --workdir runs/int8
 
 The bf16 LLaDA2.1-mini (30.3 GiB of weights) fits no 32 GB machine, so there is no default load to compare
 with; this mode measures what a CPU user of the mini gets. The replica (`llada.weights.replica --format
@@ -38,14 +39,15 @@ POLL_S, PATIENCE_S = 30, 15 * 60
 POOL_ROWS = 8192  # the replica's matrices are row runs of pools this tall (`replica.Draws`): minutes, not an hour
 
 
-def int8_replica(shape: str, workdir: Path) -> Path:
-    """The int8 replica of `shape` in `workdir`, written once (the tokenizer is written last: present = complete)."""
+def int8_replica(shape: str, workdir: Path, version: str = "2.1") -> Path:
+    """The int8 replica of `shape` (LLaDA`version`) in `workdir`, written once (the tokenizer is written last:
+    present = complete)."""
     from ..weights.replica import write_replica
 
-    out = workdir / f"llada2.1-{shape}-int8-replica"
+    out = workdir / f"llada{version}-{shape}-int8-replica"
     if not (out / "tokenizer.json").exists():
-        print(f"[int8] writing a {shape} replica straight in int8 to {out}", file=sys.stderr)
-        write_replica(out, shape, format="int8", progress=True, pool_rows=POOL_ROWS)
+        print(f"[int8] writing a LLaDA{version} {shape} replica straight in int8 to {out}", file=sys.stderr)
+        write_replica(out, shape, format="int8", progress=True, pool_rows=POOL_ROWS, version=version)
     return out
 
 
@@ -83,7 +85,7 @@ def run(args, argv: list[str]) -> int:
     from .int8_probe import where
     from .timing import write_report
 
-    root = Path(args.model) if args.model else int8_replica(args.shape, Path(args.workdir))
+    root = Path(args.model) if args.model else int8_replica(args.shape, Path(args.workdir), args.version)
     report = {"bench": "int8-only", "command": "python -m llada.bench int8 " + " ".join(argv), **where(),
               "model": str(root), "shape": None if args.model else args.shape, "prefix": args.prefix,
               "block": args.block, "gen_length": args.gen_length}
@@ -92,7 +94,7 @@ def run(args, argv: list[str]) -> int:
     report["room"] = {"needed_bytes": need, "mem_available_bytes": room, "waited_seconds": waited}
     report["int8"] = {"skipped": why} if why else _child(args, root)
     report |= targets(report["int8"])
-    name = args.shape if not args.model else root.name
+    name = (args.shape if args.version == "2.1" else f"{args.shape}-{args.version}") if not args.model else root.name
     out = write_report(report, args.out, f"bench/results/int8-only-{name}.json")
     print(summary(report) + f"; wrote {out}", file=sys.stderr)
     return 0
@@ -209,6 +211,7 @@ def _bytes_read(model, cache, ids: torch.Tensor, prefix: int) -> dict:
 def _decode_s(model, root: Path, gen_length: int, budget_s: float) -> dict:
     """S mode from a 16-token prompt (block 32, or gen_length if shorter), stopped before the first forward
     after `budget_s` seconds: forwards, seconds, tokens committed (not mask) and tokens/s."""
+    from ..decide import levenshtein_of
     from ..decode import decode
     from ..pipeline import special_id
     from ..presets import resolve
@@ -228,7 +231,9 @@ def _decode_s(model, root: Path, gen_length: int, budget_s: float) -> dict:
         pass
     trace, seconds = trace.finish(), time.perf_counter() - start
     tokens = sum(t != mask_id for t in trace.output_ids)
-    return {"threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold, "block_length": cfg.block_length,
+    rule = "levenshtein" if levenshtein_of(model.config, cfg, mask_id) else "joint"  # LLaDA2.2 decodes by its own
+    return {"rule": rule, "threshold": cfg.threshold, "editing_threshold": cfg.editing_threshold,
+            "block_length": cfg.block_length,
             "gen_length": gen_length, "budget_seconds": budget_s, "tokens": tokens, "forwards": trace.forwards,
             "seconds": round(seconds, 2), "seconds_per_forward": round(seconds / max(trace.forwards, 1), 3),
             "tokens_per_s": round(tokens / seconds, 3), "tpf": round(tokens / max(trace.forwards, 1), 3)}

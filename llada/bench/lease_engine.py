@@ -53,6 +53,11 @@ def _setup(dry_run: bool):
     return torch, device, torch.float32 if dry_run else torch.bfloat16  # CPU bf16 matmuls are emulated
 
 
+# a dry run's forward and decode: the smoke shape's dense layer and one MoE layer (every path of a layer runs;
+# each interpreted MoE layer costs seconds)
+DRY_OVERRIDES = {"num_hidden_layers": 2}
+
+
 def _config(shape: str, **overrides):
     from ..config import ModelConfig
     from .forward import SHAPES
@@ -99,7 +104,7 @@ def forward_step(dry_run: bool, weights: str) -> dict:
 
     shape, prefix, B, iters = ("smoke", 16, 8, 1) if dry_run else ("llada2.1-mini", 1024, 32, 20)
     start = time.perf_counter()
-    model = random_model(_config(shape), device, dtype)
+    model = random_model(_config(shape, **DRY_OVERRIDES if dry_run else {}), device, dtype)
     built_s = time.perf_counter() - start
     peak_gb = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     if weights == "fp8":
@@ -112,12 +117,13 @@ def forward_step(dry_run: bool, weights: str) -> dict:
 
         window = (prefix, prefix + B, prefix // B)  # lo, hi, groups_hi: the block after the cached prefix
         fast = StepGraphs(model, cache, B, capture=device.type == "cuda")
-        for _ in range(3):  # warm-up, recording, replay
+        for _ in range(3 if device.type == "cuda" else 1):  # warm-up, recording, replay (on the CPU: one call)
             logits = fast(block, *window).clone()
         use_engine(model, "reference")
         reference = StepGraphs(model, cache, B, capture=False)
         ref_logits = reference(block, *window)
-        report["reference_ms"] = time_ms(lambda: reference(block, *window), device, iters)
+        report["reference_ms"] = time_ms(lambda: reference(block, *window), device, iters,
+                                         warmup=int(device.type == "cuda"))  # it has just run once
         exact = fp32_logits(model, cache, block, prefix)[0]  # (B, V)
     from ..fast.kernels.reference import rel_rmse
 
@@ -204,14 +210,15 @@ def decode_step(dry_run: bool) -> dict:
     from .decode import run_one
     from .forward import random_model
 
-    model = random_model(_config("smoke" if dry_run else "llada2.1-mini"), device, dtype)
+    model = random_model(_config("smoke", **DRY_OVERRIDES) if dry_run else _config("llada2.1-mini"), device, dtype)
     quantize_model_fp8(model)
     engine = use_engine(model, "fast", decode=None)
     prompt = torch.randint(0, model.config.vocab_size - 2, (16,), generator=torch.Generator().manual_seed(1)).tolist()
-    paths, gen = (["dynamic", "static"], 8) if dry_run else (["dynamic", "graph"], 64)
+    paths, gen = (["dynamic", "static"], 4) if dry_run else (["dynamic", "graph"], 64)
+    dry = {"block_length": 4, "max_post_steps": 1} if dry_run else {}  # a few interpreted forwards a path
     for path in paths if not dry_run else ():  # warm-up: compiles (the interpreter compiles nothing)
         run_one(model, prompt, gen, True, path)
-    runs = [run_one(model, prompt, gen, True, path) for path in paths]
+    runs = [run_one(model, prompt, gen, True, path, **dry) for path in paths]
     paper = f"{PAPER_TPS / PAPER_TPF:.0f} forwards/s ({PAPER_TPS} TPS at TPF {PAPER_TPF})"
     figures = [figure(f"{_label(dry_run)} decode fp8, {r['forward']} forward, gen {gen}",
                       f"{r['forwards_per_s']:.1f} forwards/s", "-", paper) for r in runs]
