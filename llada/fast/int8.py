@@ -350,9 +350,13 @@ def quantized_modules(model: LLaDA2MoE) -> list[tuple[nn.Module, str]]:
 
 @torch.no_grad()
 def quantize_model_int8(model: LLaDA2MoE) -> LLaDA2MoE:
-    """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs."""
+    """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs (each SwiGLU
+    then one `Int8SwiGLU`: x split into digits once for gate and up)."""
+    from .int8_mlp import int8_swiglus
+
     for parent, name in quantized_modules(model):
         child = getattr(parent, name)
         new = Int8Experts.from_experts(child) if isinstance(child, Experts) else Int8Linear.from_linear(child)
         setattr(parent, name, new)
+    int8_swiglus(model)
     return model

@@ -48,6 +48,7 @@ def swap_modules(model) -> None:
     slice of the experts (`llada.dist.experts`) by the int8 twin of that slice."""
     from ..dist.experts import as_slice
     from ..fast.int8 import Int8Experts, Int8Linear, quantized_modules
+    from ..fast.int8_mlp import int8_swiglus
     from ..model import Experts
 
     def meta(*shape, dtype=torch.int8):
@@ -63,6 +64,7 @@ def swap_modules(model) -> None:
             N, K = child.weight.shape
             new = Int8Linear(meta(N, K), meta(N, dtype=torch.bfloat16), child.bias)
         setattr(parent, name, new)
+    int8_swiglus(model)  # each SwiGLU's gate and up on one split of x (the same children, the same keys)
 
 
 def check_entries(pairs, model) -> None:

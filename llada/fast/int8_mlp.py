@@ -1,0 +1,82 @@
+"""The int8 SwiGLU: gate_proj and up_proj read the same x, so x is split into its two int8 digits once for both.
+
+`llada.model.SwiGLU` runs down(silu(gate(x)) * up(x)) as three linear layers; with int8 weights on intmm
+(`llada.fast.int8.Int8Linear`) each layer splits its input into digits (`llada.fast.int8_digits`), so x was
+split twice, and the two products' digits summed and scaled in two passes each. `Int8SwiGLU` keeps the same
+three `Int8Linear` children (the same state dict: the loader and the int8 checkpoint see no change) and runs
+
+    d = int8_digits(x)                            once: (2, M, K) int8 codes, (M, 1) scales
+    acc[0] = d @ gate^T, acc[1] = d @ up^T        (2, 2M, I) int32: two exact `torch._int_mm` into one buffer
+    y = (acc[:, M:] / 254 + acc[:, :M]) * sx * s  (2, M, I): both products' sum and scales in one pass each
+    down(silu(y[0]) * y[1])                       the down projection as before (its input is new: its own split)
+
+Per output element the arithmetic is `int8_linear_intmm`'s, so the result is the three layers' bit for bit
+(`forward_ref` runs them; tests/test_int8_mlp.py compares). The dense layer and each MoE layer's shared
+expert are SwiGLUs; `int8_swiglus(model)` swaps this module in where all three children are int8 on intmm.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..model import SwiGLU
+from ..row_exact import project
+from .int8 import Int8Linear
+from .int8_digits import int8_digits
+
+
+class Int8SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) on int8 `Int8Linear` children (intmm), x's digits made once for gate and up."""
+
+    def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+        self._scales: tuple[tuple, torch.Tensor] | None = None  # (which scale tensors, their fp32 stack)
+
+    def gate_up_scale(self) -> torch.Tensor:
+        """(2, 1, I) fp32: gate's and up's row scales, made once (again only if the buffers were replaced)."""
+        g, u = self.gate_proj.scale, self.up_proj.scale
+        key = (g.data_ptr(), g._version, u.data_ptr(), u._version)
+        if self._scales is None or self._scales[0] != key:
+            self._scales = key, torch.stack([g, u]).float()[:, None, :]
+        return self._scales[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., H) -> (..., H)."""
+        qg, qu = self.gate_proj.weight, self.up_proj.weight  # (I, H) int8 each
+        d = int8_digits(x)
+        M, I = d.rows, qg.shape[0]
+        codes = d.codes.view(2 * M, -1)  # (2M, H): hi rows, then lo rows
+        acc = torch.empty(2, 2 * M, I, dtype=torch.int32, device=x.device)
+        torch._int_mm(codes, qg.T, out=acc[0])  # exact
+        torch._int_mm(codes, qu.T, out=acc[1])
+        y = torch.div(acc[:, M:], 254).add_(acc[:, :M])  # (2, M, I) fp32, as `combine_digits`
+        y = y.mul_(d.scale).mul_(self.gate_up_scale()).to(x.dtype)
+        h = F.silu(y[0]) * y[1]  # (M, I)
+        return self.down_proj(h).view(*x.shape[:-1], -1)
+
+    def forward_ref(self, x: torch.Tensor) -> torch.Tensor:
+        """`SwiGLU.forward`: each child on its own (x split for gate and again for up); the same bits."""
+        return project(self.down_proj, F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
+
+
+def fusable(module: nn.Module) -> bool:
+    """A SwiGLU whose three layers are int8 on intmm without a bias (the model's SwiGLUs have none)."""
+    if not isinstance(module, SwiGLU):
+        return False
+    layers = (module.gate_proj, module.up_proj, module.down_proj)
+    return all(isinstance(m, Int8Linear) and m.impl == "intmm" and m.bias is None for m in layers)
+
+
+def int8_swiglus(model: nn.Module) -> int:
+    """Swap `Int8SwiGLU` in for every fusable SwiGLU of `model` (dense layers, shared experts), in place: the
+    same children, so the state dict and the loader are unchanged. Returns how many were swapped."""
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if fusable(child):
+                setattr(parent, name, Int8SwiGLU(child.gate_proj, child.up_proj, child.down_proj))
+                swapped += 1
+    return swapped

@@ -1,0 +1,74 @@
+"""The int8 SwiGLU (`llada.fast.int8_mlp.Int8SwiGLU`): gate and up on one digit split of x, bit for bit the three
+`Int8Linear` layers run one by one (`forward_ref`, what `llada.model.SwiGLU` does), and swapped in by the int8
+load without changing the state dict."""
+
+import pytest
+import torch
+
+from llada.config import ModelConfig
+from llada.fast.int8 import Int8Linear, quantize_model_int8
+from llada.fast.int8_mlp import Int8SwiGLU, int8_swiglus
+from llada.model import LLaDA2MoE, SwiGLU
+from llada.row_exact import row_exact
+
+H, I = 48, 40  # odd sizes (real: 2048, 512 for a shared expert, 5120 dense)
+
+
+def _swiglu() -> Int8SwiGLU:
+    torch.manual_seed(0)
+    mlp = SwiGLU(H, I)
+    for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        torch.nn.init.normal_(lin.weight, std=0.05)
+    layers = [Int8Linear.from_linear(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+    return Int8SwiGLU(*layers)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, H), (7, H), (2, 17, H)])
+def test_one_split_for_gate_and_up_is_the_three_layers_bit_for_bit(dtype, shape):
+    mlp = _swiglu()
+    x = (torch.randn(shape) * 3).to(dtype)
+    x.view(-1, H)[0, :3] = torch.tensor([127.0, 0.5, -2.5])  # x / sx lands on halves: ties round to even
+    x.view(-1, H)[-1] = 0  # an all-zero row (its scale clamps)
+    with torch.inference_mode():
+        got = mlp(x)
+        assert got.shape == shape and got.dtype == dtype
+        assert torch.equal(got, mlp.forward_ref(x))
+
+
+def test_a_row_keeps_its_bits_among_any_rows():
+    mlp = _swiglu()
+    x = torch.randn(24, H, dtype=torch.bfloat16)
+    with torch.inference_mode(), row_exact():
+        alone = mlp(x[:1])
+        for m in (2, 5, 24):
+            assert torch.equal(mlp(x[:m])[:1], alone), m
+
+
+def test_new_scales_are_read_again():
+    """The fp32 stack of gate's and up's scales is cached; a replaced scale buffer must not be served stale."""
+    mlp = _swiglu()
+    x = torch.randn(5, H)
+    before = mlp(x)
+    mlp.up_proj.scale = mlp.up_proj.scale * 2  # a new buffer
+    assert torch.equal(mlp(x), mlp.forward_ref(x)) and not torch.equal(mlp(x), before)
+    mlp.gate_proj.scale.mul_(2)  # the same buffer, changed in place
+    assert torch.equal(mlp(x), mlp.forward_ref(x))
+
+
+def test_the_int8_model_swaps_the_dense_and_shared_swiglus_keeping_the_state_dict():
+    cfg = ModelConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, intermediate_size=48, moe_intermediate_size=16, num_experts=8,
+                      num_experts_per_tok=2, n_group=4, topk_group=2, num_shared_experts=1, first_k_dense_replace=1)
+    plain = LLaDA2MoE(cfg).init_weights(seed=0)
+    keys = list(plain.state_dict())
+    model = quantize_model_int8(plain)
+    assert isinstance(model.layers[0].mlp, Int8SwiGLU) and isinstance(model.layers[1].mlp.shared_experts, Int8SwiGLU)
+    assert [k for k in model.state_dict() if not k.endswith(".scale") and not k.endswith("_scale")] == keys
+    assert int8_swiglus(model) == 0  # nothing left to swap
+    ids = torch.randint(0, 99, (1, 9))
+    with torch.inference_mode():
+        fused = model(ids)
+        for mlp in (model.layers[0].mlp, model.layers[1].mlp.shared_experts, model.layers[2].mlp.shared_experts):
+            mlp.forward = mlp.forward_ref  # this instance only
+        assert torch.equal(fused, model(ids))
