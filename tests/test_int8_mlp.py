@@ -1,13 +1,14 @@
 """The int8 SwiGLU (`llada.fast.int8_mlp.Int8SwiGLU`): gate and up on one digit split of x, bit for bit the three
-`Int8Linear` layers run one by one (`forward_ref`, what `llada.model.SwiGLU` does), and swapped in by the int8
-load without changing the state dict."""
+`Int8Linear` layers run one by one (`forward_ref`, what `llada.model.SwiGLU` does); the int8 MoE (`Int8MoE`): the
+shared and routed experts on one split, bit for bit `llada.model.MoE.forward`; both swapped in by the int8 load
+without changing the state dict."""
 
 import pytest
 import torch
 
 from llada.config import ModelConfig
 from llada.fast.int8 import Int8Linear, quantize_model_int8
-from llada.fast.int8_mlp import Int8SwiGLU, int8_swiglus
+from llada.fast.int8_mlp import Int8MoE, Int8SwiGLU, int8_mlps
 from llada.model import LLaDA2MoE, SwiGLU
 from llada.row_exact import row_exact
 
@@ -56,19 +57,36 @@ def test_new_scales_are_read_again():
     assert torch.equal(mlp(x), mlp.forward_ref(x))
 
 
-def test_the_int8_model_swaps_the_dense_and_shared_swiglus_keeping_the_state_dict():
+def _tiny(shared: int) -> LLaDA2MoE:
     cfg = ModelConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
                       head_dim=16, intermediate_size=48, moe_intermediate_size=16, num_experts=8,
-                      num_experts_per_tok=2, n_group=4, topk_group=2, num_shared_experts=1, first_k_dense_replace=1)
-    plain = LLaDA2MoE(cfg).init_weights(seed=0)
+                      num_experts_per_tok=2, n_group=4, topk_group=2, num_shared_experts=shared,
+                      first_k_dense_replace=1)
+    return LLaDA2MoE(cfg).init_weights(seed=0)
+
+
+def _stepwise(model: LLaDA2MoE) -> None:
+    """Every swapped module of `model` runs its step-by-step forward (these instances only)."""
+    for m in model.modules():
+        if isinstance(m, (Int8SwiGLU, Int8MoE)):
+            m.forward = m.forward_ref
+
+
+@pytest.mark.parametrize("shared", [1, 0])
+@pytest.mark.parametrize("many_rows", [None, 2])  # 2: most pairs run intmm on the layer's split
+def test_the_int8_model_swaps_the_mlps_keeping_the_state_dict_and_the_bits(shared, many_rows):
+    plain = _tiny(shared)
     keys = list(plain.state_dict())
     model = quantize_model_int8(plain)
-    assert isinstance(model.layers[0].mlp, Int8SwiGLU) and isinstance(model.layers[1].mlp.shared_experts, Int8SwiGLU)
+    moe = model.layers[1].mlp
+    assert isinstance(model.layers[0].mlp, Int8SwiGLU) and isinstance(moe, Int8MoE)
+    assert isinstance(moe.shared_experts, Int8SwiGLU) if shared else moe.shared_experts is None
     assert [k for k in model.state_dict() if not k.endswith(".scale") and not k.endswith("_scale")] == keys
-    assert int8_swiglus(model) == 0  # nothing left to swap
-    ids = torch.randint(0, 99, (1, 9))
+    assert int8_mlps(model) == 0  # nothing left to swap
+    for layer in model.layers[1:]:
+        layer.mlp.experts.many_rows = many_rows
+    ids = torch.randint(0, 99, (2, 9))
     with torch.inference_mode():
         fused = model(ids)
-        for mlp in (model.layers[0].mlp, model.layers[1].mlp.shared_experts, model.layers[2].mlp.shared_experts):
-            mlp.forward = mlp.forward_ref  # this instance only
+        _stepwise(model)
         assert torch.equal(fused, model(ids))

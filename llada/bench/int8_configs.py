@@ -6,12 +6,13 @@ One process loads a replica twice, the default way (bf16 above 1B parameters) an
 loop's call (`forward_rows`: a `--block`-token block over a `--prefix`-token KV cache) of three variants taking
 turns, so that a busy machine's noise hits each alike: "default", "int8 stepwise" (each pair's row split into two
 int8 digits per product, step by step: `Int8Experts.forward_ref`, `int8_linear_intmm_ref`,
-`Int8SwiGLU.forward_ref`: the int8 forward before the digits were shared) and "int8" (as it runs: `int8_digits`
-once per layer for the experts' many rows, `grouped_intmm`, once per SwiGLU for gate and up). Each round reports
-the medians and int8 / default, of the wall's seconds and of this process's CPU seconds; the rounds show how much
-the ratio moves with the load. Then the logits of a prefix + block forward (fp32, the `--agree` forward of
-`llada.bench int8`): whether the two int8 variants agree bit for bit, and each one's relative RMSE and top-1
-agreement (all positions, the block's) against the default's.
+`Int8SwiGLU.forward_ref`, `Int8MoE.forward_ref`: the int8 forward before the digits were shared) and "int8" (as it
+runs: `int8_digits` once per layer for the experts' many rows, `grouped_intmm`, once per MoE for its shared and
+routed experts, once per SwiGLU for gate and up). Each round reports the medians and int8 / default, of the wall's
+seconds and of this process's CPU seconds; the rounds show how much the ratio moves with the load. Then the logits
+of a prefix + block forward (fp32, the `--agree` forward of `llada.bench int8`): whether the two int8 variants
+agree bit for bit, and each one's relative RMSE and top-1 agreement (all positions, the block's) against the
+default's.
 
 The stepwise variant is set by swapping the classes' forwards and the "intmm" kernel for the duration of its
 calls (this benchmark's process only).
@@ -50,16 +51,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def stepwise(on: bool):
     """Inside, int8 runs its step-by-step definitions (the forward before the digits were shared)."""
     from ..fast import int8
-    from ..fast.int8_mlp import Int8SwiGLU
+    from ..fast.int8_mlp import Int8MoE, Int8SwiGLU
 
-    kept = int8.Int8Experts.forward, int8.KERNELS["intmm"], Int8SwiGLU.forward
+    kept = int8.Int8Experts.forward, int8.KERNELS["intmm"], Int8SwiGLU.forward, Int8MoE.forward
     if on:
         int8.Int8Experts.forward, int8.KERNELS["intmm"] = int8.Int8Experts.forward_ref, int8.int8_linear_intmm_ref
-        Int8SwiGLU.forward = Int8SwiGLU.forward_ref
+        Int8SwiGLU.forward, Int8MoE.forward = Int8SwiGLU.forward_ref, Int8MoE.forward_ref
     try:
         yield
     finally:
-        int8.Int8Experts.forward, int8.KERNELS["intmm"], Int8SwiGLU.forward = kept
+        int8.Int8Experts.forward, int8.KERNELS["intmm"], Int8SwiGLU.forward, Int8MoE.forward = kept
 
 
 def turns(models: dict, caches: dict, block: torch.Tensor, prefix: int, iters: int) -> dict[str, dict]:

@@ -54,7 +54,7 @@ from torch import nn
 
 from ..model import Experts, LLaDA2MoE
 from ..row_exact import padded_rows, row_exact_on, row_sizes
-from .int8_digits import grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref
+from .int8_digits import Digits, grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref
 
 IMPLS = ("pack", "tiles", "torch", "intmm")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
@@ -222,10 +222,11 @@ class Int8Experts(nn.Module):
         return cls(*quantize_int8(experts.w13), *quantize_int8(experts.w2), impl)
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                many: torch.Tensor | None = None) -> torch.Tensor:
+                many: torch.Tensor | None = None, digits: Digits | None = None) -> torch.Tensor:
         """`many` (T, K): which pairs run intmm (default `many_pairs(ids)`; a slice of the experts across ranks
         passes its pairs' flags as one process would set them). The few pairs run expert by expert (`_few`),
-        the many on one digit split of x per layer (`_many`): the bits of `forward_ref`."""
+        the many on one digit split of x per layer (`_many`; `digits`: x's split where the caller made it,
+        `llada.fast.int8_mlp.Int8MoE`): the bits of `forward_ref`."""
         T, K = ids.shape
         E = self.w13.shape[0]
         many = self.many_pairs(ids) if many is None else many
@@ -238,7 +239,7 @@ class Int8Experts(nn.Module):
         if few:
             ys[:few] = self._few(x, tokens[:few], counts[:E])
         if few < T * K:
-            ys[few:] = self._many(x, tokens[few:], counts[E:])
+            ys[few:] = self._many(x, tokens[few:], counts[E:], digits)
         out = torch.empty_like(ys)
         out[order] = ys  # back to (token, k) order
         return (out.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
@@ -254,12 +255,13 @@ class Int8Experts(nn.Module):
                 begin += n
         return ys
 
-    def _many(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    def _many(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int],
+              digits: Digits | None = None) -> torch.Tensor:
         """The same contract on intmm: x's rows split into digits once (not once per pair: a token goes to K
         experts), the hidden rows of several experts at once, one `torch._int_mm` per expert and product.
         Experts go in groups of up to GROUP_PAIRS pairs (an expert's pairs never split), which bounds the
         int32 and fp32 buffers of a long prefill; a pair's bits do not depend on its group."""
-        d, ys, begin = int8_digits(x), [], 0
+        d, ys, begin = int8_digits(x) if digits is None else digits, [], 0
         for used in _expert_groups(counts, GROUP_PAIRS):
             sizes = [counts[e] for e in used]
             rows = tokens[begin:begin + sum(sizes)]  # (P,) this group's tokens, sorted by expert
@@ -271,8 +273,9 @@ class Int8Experts(nn.Module):
         return ys[0] if len(ys) == 1 else torch.cat(ys)
 
     def forward_ref(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                    many: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward` as a loop over (expert, kernel) groups, each pair's row through the two products."""
+                    many: torch.Tensor | None = None, digits: Digits | None = None) -> torch.Tensor:
+        """`forward` as a loop over (expert, kernel) groups, each pair's row through the two products (`digits`
+        is not read: each product splits its own rows)."""
         T, K = ids.shape
         kernels = (KERNELS[self.impl], int8_linear_intmm_ref)
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
@@ -351,12 +354,12 @@ def quantized_modules(model: LLaDA2MoE) -> list[tuple[nn.Module, str]]:
 @torch.no_grad()
 def quantize_model_int8(model: LLaDA2MoE) -> LLaDA2MoE:
     """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs (each SwiGLU
-    then one `Int8SwiGLU`: x split into digits once for gate and up)."""
-    from .int8_mlp import int8_swiglus
+    then one `Int8SwiGLU`, each MoE one `Int8MoE`: x split into digits once for all that read it)."""
+    from .int8_mlp import int8_mlps
 
     for parent, name in quantized_modules(model):
         child = getattr(parent, name)
         new = Int8Experts.from_experts(child) if isinstance(child, Experts) else Int8Linear.from_linear(child)
         setattr(parent, name, new)
-    int8_swiglus(model)
+    int8_mlps(model)
     return model

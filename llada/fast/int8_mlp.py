@@ -12,7 +12,11 @@ three `Int8Linear` children (the same state dict: the loader and the int8 checkp
 
 Per output element the arithmetic is `int8_linear_intmm`'s, so the result is the three layers' bit for bit
 (`forward_ref` runs them; tests/test_int8_mlp.py compares). The dense layer and each MoE layer's shared
-expert are SwiGLUs; `int8_swiglus(model)` swaps this module in where all three children are int8 on intmm.
+expert are SwiGLUs.
+
+An MoE layer's shared expert and its routed experts read the same x too (the shared expert is one more expert
+every token goes to): `Int8MoE` splits x once for both (`Int8Experts` takes the split for its many rows), the
+bits of `llada.model.MoE.forward`. `int8_mlps(model)` swaps both modules in, keeping every child.
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import SwiGLU
+from ..model import MoE, SwiGLU
 from ..row_exact import project
-from .int8 import Int8Linear
-from .int8_digits import int8_digits
+from .int8 import Int8Experts, Int8Linear
+from .int8_digits import Digits, int8_digits
 
 
 class Int8SwiGLU(nn.Module):
@@ -43,10 +47,10 @@ class Int8SwiGLU(nn.Module):
             self._scales = key, torch.stack([g, u]).float()[:, None, :]
         return self._scales[1]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., H) -> (..., H)."""
+    def forward(self, x: torch.Tensor, digits: Digits | None = None) -> torch.Tensor:
+        """x (..., H) -> (..., H); `digits`: x's split where the caller made it already."""
         qg, qu = self.gate_proj.weight, self.up_proj.weight  # (I, H) int8 each
-        d = int8_digits(x)
+        d = int8_digits(x) if digits is None else digits
         M, I = d.rows, qg.shape[0]
         codes = d.codes.view(2 * M, -1)  # (2M, H): hi rows, then lo rows
         acc = torch.empty(2, 2 * M, I, dtype=torch.int32, device=x.device)
@@ -57,9 +61,38 @@ class Int8SwiGLU(nn.Module):
         h = F.silu(y[0]) * y[1]  # (M, I)
         return self.down_proj(h).view(*x.shape[:-1], -1)
 
-    def forward_ref(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_ref(self, x: torch.Tensor, digits: Digits | None = None) -> torch.Tensor:
         """`SwiGLU.forward`: each child on its own (x split for gate and again for up); the same bits."""
         return project(self.down_proj, F.silu(project(self.gate_proj, x)) * project(self.up_proj, x))
+
+
+class Int8MoE(MoE):
+    """`MoE` with int8 routed experts (`Int8Experts`) and an `Int8SwiGLU` shared expert (or none): x split into
+    digits once for both. The children are the MoE's own (`from_moe`): the same state dict."""
+
+    @classmethod
+    def from_moe(cls, moe: MoE) -> "Int8MoE":
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.gate, new.experts, new.shared_experts = moe.gate, moe.experts, moe.shared_experts
+        return new
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """h (B, T, H) or (N, H) -> experts(h) + shared(h) [+ residual], shaped as h: `MoE.forward`'s sums."""
+        H = h.shape[-1]
+        flat = h if h.ndim == 2 else h.reshape(-1, H)  # (N, H)
+        ids, w = self.gate(flat)
+        d = int8_digits(flat)
+        out = self.experts(flat, ids, w, digits=d)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(flat, digits=d)
+        if residual is not None:
+            out = out + residual.reshape(-1, H)
+        return out if h.ndim == 2 else out.view(h.shape)
+
+    def forward_ref(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """`MoE.forward`: the shared expert and the routed experts each split x; the same bits."""
+        return MoE.forward(self, h, residual)
 
 
 def fusable(module: nn.Module) -> bool:
@@ -70,13 +103,23 @@ def fusable(module: nn.Module) -> bool:
     return all(isinstance(m, Int8Linear) and m.impl == "intmm" and m.bias is None for m in layers)
 
 
-def int8_swiglus(model: nn.Module) -> int:
-    """Swap `Int8SwiGLU` in for every fusable SwiGLU of `model` (dense layers, shared experts), in place: the
-    same children, so the state dict and the loader are unchanged. Returns how many were swapped."""
+def sharable(module: nn.Module) -> bool:
+    """An MoE whose routed experts are one process's `Int8Experts` (not a slice across ranks: those run their
+    own forward) and whose shared expert, if any, is an `Int8SwiGLU`."""
+    return (type(module) is MoE and type(module.experts) is Int8Experts
+            and (module.shared_experts is None or isinstance(module.shared_experts, Int8SwiGLU)))
+
+
+def int8_mlps(model: nn.Module) -> int:
+    """Swap `Int8SwiGLU` in for every fusable SwiGLU of `model` (dense layers, shared experts), then `Int8MoE`
+    for every sharable MoE, in place: the same children, so the state dict and the loader are unchanged.
+    Returns how many modules were swapped."""
     swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if fusable(child):
-                setattr(parent, name, Int8SwiGLU(child.gate_proj, child.up_proj, child.down_proj))
-                swapped += 1
+    for make, wanted in ((lambda m: Int8SwiGLU(m.gate_proj, m.up_proj, m.down_proj), fusable),
+                         (Int8MoE.from_moe, sharable)):
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if wanted(child):
+                    setattr(parent, name, make(child))
+                    swapped += 1
     return swapped

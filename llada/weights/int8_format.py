@@ -48,7 +48,7 @@ def swap_modules(model) -> None:
     slice of the experts (`llada.dist.experts`) by the int8 twin of that slice."""
     from ..dist.experts import as_slice
     from ..fast.int8 import Int8Experts, Int8Linear, quantized_modules
-    from ..fast.int8_mlp import int8_swiglus
+    from ..fast.int8_mlp import int8_mlps
     from ..model import Experts
 
     def meta(*shape, dtype=torch.int8):
@@ -64,7 +64,7 @@ def swap_modules(model) -> None:
             N, K = child.weight.shape
             new = Int8Linear(meta(N, K), meta(N, dtype=torch.bfloat16), child.bias)
         setattr(parent, name, new)
-    int8_swiglus(model)  # each SwiGLU's gate and up on one split of x (the same children, the same keys)
+    int8_mlps(model)  # gate and up, shared and routed experts on one split of x (the same children and keys)
 
 
 def check_entries(pairs, model) -> None:
