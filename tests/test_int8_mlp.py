@@ -46,8 +46,8 @@ def test_a_row_keeps_its_bits_among_any_rows():
             assert torch.equal(mlp(x[:m])[:1], alone), m
 
 
-def test_new_scales_are_read_again():
-    """The fp32 stack of gate's and up's scales is cached; a replaced scale buffer must not be served stale."""
+def test_the_scales_are_read_as_they_are_now():
+    """gate's and up's scales, replaced or changed in place after a forward, are the ones the next one uses."""
     mlp = _swiglu()
     x = torch.randn(5, H)
     before = mlp(x)

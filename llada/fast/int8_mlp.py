@@ -37,15 +37,6 @@ class Int8SwiGLU(nn.Module):
     def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module):
         super().__init__()
         self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
-        self._scales: tuple[tuple, torch.Tensor] | None = None  # (which scale tensors, their fp32 stack)
-
-    def gate_up_scale(self) -> torch.Tensor:
-        """(2, 1, I) fp32: gate's and up's row scales, made once (again only if the buffers were replaced)."""
-        g, u = self.gate_proj.scale, self.up_proj.scale
-        key = (g.data_ptr(), g._version, u.data_ptr(), u._version)
-        if self._scales is None or self._scales[0] != key:
-            self._scales = key, torch.stack([g, u]).float()[:, None, :]
-        return self._scales[1]
 
     def forward(self, x: torch.Tensor, digits: Digits | None = None) -> torch.Tensor:
         """x (..., H) -> (..., H); `digits`: x's split where the caller made it already."""
@@ -57,7 +48,8 @@ class Int8SwiGLU(nn.Module):
         torch._int_mm(codes, qg.T, out=acc[0])  # exact
         torch._int_mm(codes, qu.T, out=acc[1])
         y = torch.div(acc[:, M:], 254).add_(acc[:, :M])  # (2, M, I) fp32, as `combine_digits`
-        y = y.mul_(d.scale).mul_(self.gate_up_scale()).to(x.dtype)
+        s = torch.stack([self.gate_proj.scale, self.up_proj.scale]).float()[:, None, :]  # (2, 1, I)
+        y = y.mul_(d.scale).mul_(s).to(x.dtype)
         h = F.silu(y[0]) * y[1]  # (M, I)
         return self.down_proj(h).view(*x.shape[:-1], -1)
 
