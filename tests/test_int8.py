@@ -6,7 +6,8 @@ import torch
 
 from llada.config import ModelConfig
 from llada.fast.int8 import (Int8Experts, Int8Linear, KERNELS, dequantize_int8, int8_linear_pack, int8_linear_ref,
-                             quantize_int8, quantize_model_int8, resolve_impl)
+                             quantize_int8, resolve_impl)
+from llada.fast.int8_mlp import quantize_model_int8
 from llada.fast.kernels.reference import rel_rmse
 from llada.model import Experts, LLaDA2MoE
 from llada.row_exact import row_exact

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from llada.config import ModelConfig
-from llada.fast.int8 import Int8Linear, quantize_model_int8
-from llada.fast.int8_mlp import Int8MoE, Int8SwiGLU, int8_mlps
+from llada.fast.int8 import Int8Linear
+from llada.fast.int8_mlp import Int8MoE, Int8SwiGLU, int8_mlps, quantize_model_int8
 from llada.model import LLaDA2MoE, SwiGLU
 from llada.row_exact import row_exact
 

@@ -39,8 +39,8 @@ routing: ~21 on the load replica), the count being that row's own (`llada.row_ex
 neighbours'. (x rounded to one int8 digit instead of two was faster still but moved the logits: top-1
 agreement with the bf16 model fell, bench/results/int8-load-2.2-linear-w8a8.json.)
 
-`quantize_model_int8(model)` swaps the modules into a loaded model; `llada.weights.checkpoint` quantizes
-tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
+`llada.fast.int8_mlp.quantize_model_int8(model)` swaps the modules into a loaded model;
+`llada.weights.checkpoint` quantizes tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
 `llada.weights.int8_checkpoint` writes an int8 checkpoint once that loads as it is. The embeddings, the
 lm_head, the router and the norms are not quantized (the router picks experts from near-ties; the
 vocabulary's two matrices are read a row at a time or once per forward).
@@ -349,17 +349,3 @@ def quantized_modules(model: LLaDA2MoE) -> list[tuple[nn.Module, str]]:
             out.append((layer.mlp, "experts"))
         out += int8_linears(layer.mlp)  # dense SwiGLU or the shared experts
     return out
-
-
-@torch.no_grad()
-def quantize_model_int8(model: LLaDA2MoE) -> LLaDA2MoE:
-    """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs (each SwiGLU
-    then one `Int8SwiGLU`, each MoE one `Int8MoE`: x split into digits once for all that read it)."""
-    from .int8_mlp import int8_mlps
-
-    for parent, name in quantized_modules(model):
-        child = getattr(parent, name)
-        new = Int8Experts.from_experts(child) if isinstance(child, Experts) else Int8Linear.from_linear(child)
-        setattr(parent, name, new)
-    int8_mlps(model)
-    return model

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import MoE, SwiGLU
+from ..model import Experts, LLaDA2MoE, MoE, SwiGLU
 from ..row_exact import project
-from .int8 import Int8Experts, Int8Linear
+from .int8 import Int8Experts, Int8Linear, quantized_modules
 from .int8_digits import Digits, int8_digits
 
 
@@ -115,3 +115,15 @@ def int8_mlps(model: nn.Module) -> int:
                     setattr(parent, name, make(child))
                     swapped += 1
     return swapped
+
+
+@torch.no_grad()
+def quantize_model_int8(model: LLaDA2MoE) -> LLaDA2MoE:
+    """Quantize `model` in place: routed experts, attention projections, dense and shared SwiGLUs (each SwiGLU
+    then one `Int8SwiGLU`, each MoE one `Int8MoE`: x split into digits once for all that read it)."""
+    for parent, name in quantized_modules(model):
+        child = getattr(parent, name)
+        new = Int8Experts.from_experts(child) if isinstance(child, Experts) else Int8Linear.from_linear(child)
+        setattr(parent, name, new)
+    int8_mlps(model)
+    return model
