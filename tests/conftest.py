@@ -62,7 +62,7 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
 }
 GPU_REASON = "needs a CUDA GPU"
-# files started first, in this order (pytest.ini hands whole files to the workers, in collection order, with
+# files started first, in this order (pytest.ini hands whole files to its workers, in collection order, with
 # `--no-loadscope-reorder`): the longest first, so that none of them starts last and keeps the run going alone
 # (a worker that finishes takes the next longest). Ranked by wall seconds in a whole run (the sum of a file's
 # tests' --durations, bench/results/test-walls-*.json): most of the suite's wall is waiting (a browser test
