@@ -58,11 +58,9 @@ GPU_TESTS = ["tests/test_kernels_fp8.py", "tests/test_kernels_moe.py", "tests/te
              "tests/test_kernels_launches.py", "tests/test_kernels_poison.py", "tests/test_kernels_configs.py",
              "tests/test_kernels_norms.py", "tests/test_kernels_fused_ops.py", "tests/test_graphs.py",
              "tests/test_graphs_fast.py", "tests/test_graph_pool.py", "tests/test_quantize.py",
-             "tests/test_engine_select.py",
-             "tests/test_engine_self_check.py", "tests/test_engine_fallback.py",
+             "tests/test_engine_select.py", "tests/test_engine_self_check.py", "tests/test_engine_fallback.py",
              "tests/test_lease_faults.py"]  # the ones whose kernels, graphs and pools only a GPU really runs
-# the dry run's tests part runs one quick test (the whole files run in the suite; the part's mechanics are
-# what a dry run checks)
+# a dry run's tests part: one quick test (the whole files run in the suite; the part's mechanics are checked)
 DRY_TESTS = ["tests/test_lease_faults.py::test_a_rope_table_grows_at_least_twofold"]
 TEST_GROUPS = 4  # parallel pytest processes where pytest-xdist is missing (16 cores; compiles are single-threaded)
 TUNE_CANDIDATES = 18  # the default tile height's 18 configurations (split-K, tile width, warps x stages)
