@@ -25,6 +25,19 @@ except ImportError:  # not a Space: nothing to patch
 import argparse  # noqa: E402
 import sys  # noqa: E402
 
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", action="append", default=[],
+                   help="a LLaDA2.x checkpoint dir or hub repo id, downloaded first (repeatable)")
+    p.add_argument("--host", default=None, help="server name (default: Gradio's, or $GRADIO_SERVER_NAME)")
+    p.add_argument("--port", type=int, default=None, help="server port (default: Gradio's)")
+    return p
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parser().parse_args()  # prints the help and exits before the page is built (seconds saved)
+
 from ui.demo import LOOK, build_demo  # noqa: E402
 from ui.group import in_group, serve_group  # noqa: E402
 from ui.models import Models, cli_models, model_dirs  # noqa: E402
@@ -46,12 +59,7 @@ demo = None if models is None else build_demo(models)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[],
-                        help="a LLaDA2.x checkpoint dir or hub repo id, downloaded first (repeatable)")
-    parser.add_argument("--host", default=None, help="server name (default: Gradio's, or $GRADIO_SERVER_NAME)")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: Gradio's)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     from llada.weights.checkpoint import CheckpointError
 
     try:

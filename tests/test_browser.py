@@ -58,6 +58,9 @@ def run(page, prompt: str = "def add(a, b):", gen_length: int = 16) -> None:
     set_number(page, "gen-length", gen_length)
     page.click("#generate")
     page.wait_for_function("document.querySelector('#stats').innerText.includes('done')", timeout=90_000)
+    # and the scrubber set to the last step: a scrub made before that update lands would be undone by it
+    page.wait_for_function("document.querySelector('#step input[type=number]').value"
+                           " === document.querySelector('#canvas').dataset.steps", timeout=60_000)
 
 
 def test_run_shows_every_position_in_a_state(page):

@@ -182,6 +182,14 @@ def test_with_both_decode_slots_busy_a_request_waits_in_the_queue_and_is_told(ap
     assert all(code in ("STARTING", "JOINING_QUEUE", "IN_QUEUE") for code, _ in told)  # it never ran beside them
 
 
+def _wait_for(done, seconds: float) -> bool:
+    """Polls `done()` until it holds or `seconds` pass: the state is waited for, not assumed."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return done()
+
+
 def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     monkeypatch.setattr(runs, "BUDGET", runs.Budget(forwards=5000, seconds=60.0))
     base = app.rstrip("/") + "/gradio_api/call/generate"
@@ -189,8 +197,9 @@ def test_a_dropped_client_stops_its_decode(app, monkeypatch):
     with httpx.stream("GET", f"{base}/{event['event_id']}", timeout=30) as stream:
         for line in stream.iter_lines():
             if line.startswith("event: generating"):
-                break  # the decode is running: now drop the connection
-    assert runs.active_runs() >= 1
+                break  # the decode is running
+        running = _wait_for(lambda: runs.active_runs() >= 1, 60)  # seen while connected: then drop the connection
+    assert running
     deadline = time.monotonic() + 120  # a generous bound: the state is waited for, not assumed
     while runs.active_runs() and time.monotonic() < deadline:
         time.sleep(0.1)  # waits for: the dropped client's run to close (poll interval, 120 s bound)
