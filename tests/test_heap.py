@@ -38,7 +38,9 @@ kept = keep_freed_memory()
 mapped = libc.mallinfo2().hblkhd
 big = libc.malloc(1 << 20)
 mapped_for_big = libc.mallinfo2().hblkhd - mapped
-small = [libc.malloc(64 << 10) for _ in range(128)]  # 8 MiB in buffers under any mmap threshold
+small = [0] * 128  # sized first: a list growing among the blocks would take a chunk above them
+for i in range(128):
+    small[i] = libc.malloc(64 << 10)  # 8 MiB in buffers under any mmap threshold
 for p in reversed(small):
     libc.free(p)
 libc.free(big)

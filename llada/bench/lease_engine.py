@@ -109,7 +109,7 @@ def forward_step(dry_run: bool, weights: str) -> dict:
     peak_gb = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     if weights == "fp8":
         quantize_model_fp8(model)
-    engine = use_engine(model, "fast", decode=None)
+    engine = use_engine(model, "fast", check=not dry_run, decode=None)  # a dry run's check: the self-check part
     cache, block = prefill(model, prefix, B, torch.Generator(device=device).manual_seed(0))
     report = _measure(model, cache, block, prefix, B, device, iters)
     with torch.inference_mode():
@@ -212,7 +212,7 @@ def decode_step(dry_run: bool) -> dict:
 
     model = random_model(_config("smoke", **DRY_OVERRIDES) if dry_run else _config("llada2.1-mini"), device, dtype)
     quantize_model_fp8(model)
-    engine = use_engine(model, "fast", decode=None)
+    engine = use_engine(model, "fast", check=not dry_run, decode=None)
     prompt = torch.randint(0, model.config.vocab_size - 2, (16,), generator=torch.Generator().manual_seed(1)).tolist()
     paths, gen = (["dynamic", "static"], 4) if dry_run else (["dynamic", "graph"], 64)
     dry = {"block_length": 4, "max_post_steps": 1} if dry_run else {}  # a few interpreted forwards a path
