@@ -21,6 +21,9 @@ KERNEL_TOLERANCE = 1e-2
 # errors to about the same relative size (plus the kernel's bf16 roundings): 1.5% leaves room, a wrong
 # scale or a transposed row is off by O(1)
 WEIGHT_TOLERANCE = 1.5e-2
+# the routed experts' many rows round x to one int8 digit (`llada.fast.int8.EXPERT_DIGITS`): up to 1/254 of
+# its row's maximum, ~0.5% of a 32-value row's RMS per product here, two products: 2.5% for either bound above
+ONE_DIGIT_TOLERANCE = 2.5e-2
 SHAPES = [(1, 13, 32), (3, 99, 48), (7, 1, 16), (33, 40, 64), (4, 17, 80)]  # (M, N, K): K a multiple of 16
 
 
@@ -111,9 +114,10 @@ def test_experts_match_the_float_experts(T, route):
     i8 = Int8Experts.from_experts(experts)
     assert i8.impl == "pack"
     want = experts(x, ids, w).detach()
-    assert rel_rmse(i8(x, ids, w), want) < WEIGHT_TOLERANCE
+    one_digit = i8.many_pairs(ids).any()  # an expert with MANY_ROWS tokens or more: x to its first digit there
+    assert rel_rmse(i8(x, ids, w), want) < (ONE_DIGIT_TOLERANCE if one_digit else WEIGHT_TOLERANCE)
     as_ref = Int8Experts(i8.w13, i8.w13_scale, i8.w2, i8.w2_scale, impl="torch")
-    assert rel_rmse(i8(x, ids, w), as_ref(x, ids, w)) < KERNEL_TOLERANCE
+    assert rel_rmse(i8(x, ids, w), as_ref(x, ids, w)) < (ONE_DIGIT_TOLERANCE if one_digit else KERNEL_TOLERANCE)
     odd = Int8Experts.from_experts(Experts(E, H, 40))  # I = 40: w2's K rules the pack kernel out
     assert odd.impl == "tiles"
 

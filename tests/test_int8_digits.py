@@ -49,6 +49,29 @@ def test_grouped_products_are_each_experts_own_bit_for_bit():
         at += n
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_one_digit_products_are_the_first_digits_definition_bit_for_bit(dtype):
+    """A split of one digit (the routed experts' many rows) is the two-digit split's first; its grouped products
+    are `int8_linear_intmm_ref(..., digits=1)` of each expert's rows, and nearer x than none (within int8's
+    step) but not the two digits' bits."""
+    torch.manual_seed(2)
+    q, s = quantize_int8(torch.randn(E, 24, H) * 0.05)  # (E, N, K)
+    x = torch.randn(10, H, dtype=dtype)
+    one, two = int8_digits(x, digits=1), int8_digits(x)
+    assert one.count == 1 and torch.equal(one.codes[0], two.codes[0]) and torch.equal(one.scale, two.scale)
+    assert torch.equal(two.first().codes, one.codes)
+    rows, sizes, experts = torch.tensor([3, 3, 0, 9, 1, 4, 4, 4]), [2, 1, 5], [5, 0, 2]
+    out = grouped_intmm(one, rows, sizes, experts, q, s, x.dtype)  # (8, 24)
+    at = 0
+    for e, n in zip(experts, sizes):
+        xs = x[rows[at:at + n]]
+        assert torch.equal(out[at:at + n], int8_linear_intmm_ref(xs, q[e], s[e], digits=1)), e
+        assert not torch.equal(out[at:at + n], int8_linear_intmm(xs, q[e], s[e])), e
+        exact = xs.float() @ (q[e].float() * s[e].float()[:, None]).T
+        assert (out[at:at + n].float() - exact).abs().max() < 0.02 * exact.abs().max(), e
+        at += n
+
+
 def _experts(many_rows: int) -> Int8Experts:
     torch.manual_seed(0)
     experts = Experts(E, H, I)

@@ -93,7 +93,7 @@ def test_the_configs_bench_times_before_and_after_and_finds_the_same_logits(tmp_
     from llada.bench import int8_configs
     from llada.fast import int8
 
-    kept = int8.Int8Experts.forward, int8.KERNELS["intmm"]
+    kept, kept_split = (int8.Int8Experts.forward, int8.KERNELS["intmm"]), int8.int8_digits
     out = tmp_path / "configs.json"
     assert int8_configs.main(["--model", str(tiny_model_dir), "--prefix", "16", "--block", "8", "--rounds", "2",
                               "--iters", "1", "--out", str(out)]) == 0
@@ -106,3 +106,8 @@ def test_the_configs_bench_times_before_and_after_and_finds_the_same_logits(tmp_
     logits = report["logits"]
     assert logits["int8_equals_stepwise_bit_for_bit"] and logits["positions"] == 24
     assert 0 < logits["int8"]["logits_rel_rmse"] < 0.5 and logits["int8"] == logits["int8 stepwise"]
+    digits = report["digits_of_x"]  # x's digits in the experts' many rows and in the linears, each way
+    assert list(digits) == ["two everywhere", "as it runs", "one everywhere"]
+    assert digits["as it runs"]["logits_rel_rmse"] == logits["int8"]["logits_rel_rmse"]
+    assert digits["one everywhere"]["logits_rel_rmse"] != digits["two everywhere"]["logits_rel_rmse"]
+    assert int8.EXPERT_DIGITS == 1 and int8.int8_digits is kept_split  # the swaps are undone

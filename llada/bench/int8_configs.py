@@ -12,7 +12,8 @@ routed experts, once per SwiGLU for gate and up). Each round reports the medians
 seconds and of this process's CPU seconds; the rounds show how much the ratio moves with the load. Then the logits
 of a prefix + block forward (fp32, the `--agree` forward of `llada.bench int8`): whether the two int8 variants
 agree bit for bit, and each one's relative RMSE and top-1 agreement (all positions, the block's) against the
-default's.
+default's; and the int8 logits with x in two digits everywhere, as it runs (one digit in the routed experts'
+many rows, `llada.fast.int8.EXPERT_DIGITS`) and in one digit everywhere (`digits_of_x`).
 
 The stepwise variant is set by swapping the classes' forwards and the "intmm" kernel for the duration of its
 calls (this benchmark's process only).
@@ -105,6 +106,49 @@ def logits_report(models: dict, vocab: int, prefix: int, block: int) -> dict:
     return report
 
 
+@contextmanager
+def digits_of_x(where: str):
+    """Inside, x is split into `where`'s digits: "two everywhere" (the experts' many rows too), "as it runs"
+    (`llada.fast.int8.EXPERT_DIGITS` there, two in the linears) or "one everywhere" (the second digit zeroed in
+    every split: the first digit's products)."""
+    from ..fast import int8, int8_digits as digits, int8_mlp
+
+    kept = int8.EXPERT_DIGITS, digits.int8_digits, int8.int8_digits, int8_mlp.int8_digits
+    if where == "two everywhere":
+        int8.EXPERT_DIGITS = 2
+    elif where == "one everywhere":
+        def first_only(x, n=2):
+            d = kept[1](x, n)
+            d.codes[1:].zero_()
+            return d
+        digits.int8_digits = int8.int8_digits = int8_mlp.int8_digits = first_only
+    try:
+        yield
+    finally:
+        int8.EXPERT_DIGITS, digits.int8_digits, int8.int8_digits, int8_mlp.int8_digits = kept
+
+
+def digits_report(models: dict, vocab: int, prefix: int, block: int) -> dict:
+    """The int8 logits against the default's with x in two digits everywhere, as it runs, and in one digit
+    everywhere: what the experts' one digit costs next to what the weights' int8 rounding does."""
+    from ..fast.kernels.reference import rel_rmse
+    from ..model import block_causal_mask
+    from .int8_probe import random_ids
+
+    T = prefix + block
+    ids = random_ids(vocab, T, seed=1)[None]  # (1, T)
+    mask = block_causal_mask(torch.arange(T) // block)
+    report = {}
+    with torch.inference_mode():
+        ref = models["default"](ids, mask=mask)[0]  # (T, V)
+        for where in ("two everywhere", "as it runs", "one everywhere"):
+            with digits_of_x(where):
+                out = models["int8"](ids, mask=mask)[0]
+            report[where] = {"logits_rel_rmse": round(float(rel_rmse(out, ref)), 4),
+                             "top1_agreement": round((out.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4)}
+    return report
+
+
 def main(argv: list[str]) -> int:
     from ..weights.checkpoint import load_model
     from .int8 import _prefill
@@ -134,9 +178,10 @@ def main(argv: list[str]) -> int:
     for key in ("over_default", "cpu_over_default"):
         report[f"{key}_per_round"] = {n: [r[key][n] for r in report["rounds"]] for n in VARIANTS[1:]}
     report["logits"] = logits_report(models, ref.config.vocab_size, args.prefix, args.block)
+    report["digits_of_x"] = digits_report(models, ref.config.vocab_size, args.prefix, args.block)
     name = root.name if args.model else f"{args.shape}-{args.version}"
     out = write_report(report, args.out, f"bench/results/int8-configs-{name}.json")
     print(f"[int8-configs] int8 / default per round, wall {report['over_default_per_round']}, CPU "
           f"{report['cpu_over_default_per_round']}; logits "
-          f"{report['logits']}; wrote {out}", file=sys.stderr)
+          f"{report['logits']}; digits of x {report['digits_of_x']}; wrote {out}", file=sys.stderr)
     return 0

@@ -36,8 +36,14 @@ attention, dense SwiGLU and shared-expert projections: all the block's tokens at
 intmm, fixed when it is made. `Int8Experts` picks per expert and per row: the pack kernel for the few tokens
 one row sends an expert (LLaDA2.1: ~1-4 of a 32-token block), intmm from `MANY_ROWS` (LLaDA2.2's block
 routing: ~21 on the load replica), the count being that row's own (`llada.row_exact.row_sizes`), never its
-neighbours'. (x rounded to one int8 digit instead of two was faster still but moved the logits: top-1
-agreement with the bf16 model fell, bench/results/int8-load-2.2-linear-w8a8.json.)
+neighbours'.
+
+How many digits of x. The linear layers take both: x rounded to its first digit there moved the logits
+(relative RMSE against the bf16 model 0.130 -> 0.156 on the LLaDA2.2 load replica, bench/results/
+int8-digits-2.2-*.json). The routed experts' many rows take the first alone (`EXPERT_DIGITS`): with LLaDA2.2's
+block routing an expert gets ~20-30 rows, where a product is bound by its arithmetic and two digits cost what
+the bf16 product does; the first digit alone moved that RMSE by 0.0004 (the weights' own int8 rounding is the
+0.130) and made the forward ~10% faster.
 
 `llada.fast.int8_mlp.quantize_model_int8(model)` swaps the modules into a loaded model;
 `llada.weights.checkpoint` quantizes tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
@@ -63,6 +69,7 @@ COMPUTE = torch.bfloat16  # the pack kernel's activation dtype
 MANY_ROWS = 12  # an expert's tokens from one row from which they run intmm (bench/results/int8-configs-*.json)
 GROUP_PAIRS = 2048  # most (token, expert) pairs of one intmm group: at the mini's sizes ~100 MiB of buffers
 LINEAR_IMPL = "intmm"  # the attention, dense and shared-expert projections' kernel
+EXPERT_DIGITS = 1  # digits of x in the routed experts' many rows (intmm): the first alone (see the docstring)
 
 
 QUANT_CHUNK = 1 << 22  # elements quantized at a time: bounds the fp32 temporaries (16 MiB) for the large matrices
@@ -261,14 +268,16 @@ class Int8Experts(nn.Module):
         experts), the hidden rows of several experts at once, one `torch._int_mm` per expert and product.
         Experts go in groups of up to GROUP_PAIRS pairs (an expert's pairs never split), which bounds the
         int32 and fp32 buffers of a long prefill; a pair's bits do not depend on its group."""
-        d, ys, begin = int8_digits(x) if digits is None else digits, [], 0
+        d = int8_digits(x, EXPERT_DIGITS) if digits is None else digits
+        d, ys, begin = d.first() if EXPERT_DIGITS == 1 else d, [], 0
         for used in _expert_groups(counts, GROUP_PAIRS):
             sizes = [counts[e] for e in used]
             rows = tokens[begin:begin + sum(sizes)]  # (P,) this group's tokens, sorted by expert
             gate, up = grouped_intmm(d, rows, sizes, used, self.w13, self.w13_scale, x.dtype).chunk(2, dim=-1)
             h = F.silu(gate) * up  # (P, I) each of gate, up, h
             at = torch.arange(h.shape[0], device=x.device)
-            ys.append(grouped_intmm(int8_digits(h), at, sizes, used, self.w2, self.w2_scale, x.dtype))  # (P, H)
+            hd = int8_digits(h, EXPERT_DIGITS)
+            ys.append(grouped_intmm(hd, at, sizes, used, self.w2, self.w2_scale, x.dtype))  # (P, H)
             begin += len(rows)
         return ys[0] if len(ys) == 1 else torch.cat(ys)
 
@@ -277,7 +286,7 @@ class Int8Experts(nn.Module):
         """`forward` as a loop over (expert, kernel) groups, each pair's row through the two products (`digits`
         is not read: each product splits its own rows)."""
         T, K = ids.shape
-        kernels = (KERNELS[self.impl], int8_linear_intmm_ref)
+        kernels = (KERNELS[self.impl], lambda x, q, s: int8_linear_intmm_ref(x, q, s, EXPERT_DIGITS))
         flat = ids.reshape(-1)  # (T*K,) pairs in (token, k) order
         many = self.many_pairs(ids) if many is None else many
         group = flat * 2 + many.reshape(-1).long()  # (T*K,) 2 e, + 1 where the pair's row sends e many tokens

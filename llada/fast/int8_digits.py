@@ -14,6 +14,11 @@ any row count.
                                    is split once, not K times): the int8 experts' many rows
     int8_linear_intmm_ref(x, q, s) the steps as the definition reads them (fp32 copies, torch.round): the bits
                                    the others are tested against (tests/test_int8_digits.py)
+
+Each takes a split of one digit too (`int8_digits(x, digits=1)`, or `Digits.first()` of a split made for others):
+x to its first digit alone, ~8 bits over the row's maximum, one product of M rows instead of 2M. The routed
+experts' many rows use it (`llada.fast.int8.EXPERT_DIGITS`): there the product is bound by its arithmetic, and
+the weights' own int8 rounding outweighs the second digit's share of the error many times over.
 """
 
 from __future__ import annotations
@@ -48,17 +53,28 @@ class Digits:
     def rows(self) -> int:
         return self.codes.shape[1]
 
+    @property
+    def count(self) -> int:
+        """How many digits a row has here: 2, or 1 (the first alone)."""
+        return self.codes.shape[0]
 
-def int8_digits(x: torch.Tensor) -> Digits:
-    """x (..., K) float -> its rows' `Digits` (`int8_linear_intmm_ref` makes the same ones, slower)."""
+    def first(self) -> "Digits":
+        """The first digit alone (a view): codes (1, M, K), the same scales."""
+        return Digits(self.codes[:1], self.scale)
+
+
+def int8_digits(x: torch.Tensor, digits: int = 2) -> Digits:
+    """x (..., K) float -> its rows' `Digits`, both or (digits=1) the first alone (`int8_linear_intmm_ref` makes
+    the same ones, slower)."""
     K = x.shape[-1]
     flat = x.reshape(-1, K)  # (M, K)
     sx = flat.abs().amax(-1, keepdim=True).float().clamp_min_(1e-30).div_(127)  # (M, 1); abs, max exact in x's dtype
     u = torch.div(flat, sx)  # (M, K) fp32 (bf16 x promotes exactly), in [-127, 127]
     hi = round_half_even(u)
-    codes = torch.empty(2, *flat.shape, dtype=torch.int8, device=x.device)  # (2, M, K)
+    codes = torch.empty(digits, *flat.shape, dtype=torch.int8, device=x.device)  # (digits, M, K)
     codes[0].copy_(hi)
-    codes[1].copy_(round_half_even(u.sub_(hi).mul_(254)))  # the rest, in [-127, 127]
+    if digits == 2:
+        codes[1].copy_(round_half_even(u.sub_(hi).mul_(254)))  # the rest, in [-127, 127]
     return Digits(codes, sx)
 
 
@@ -85,28 +101,35 @@ def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     return y.view(*x.shape[:-1], N)
 
 
-def int8_linear_intmm_ref(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """`int8_linear_intmm` as the definition reads, step by step on fp32 copies (torch.round): the same bits."""
+def int8_linear_intmm_ref(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, digits: int = 2) -> torch.Tensor:
+    """`int8_linear_intmm` as the definition reads, step by step on fp32 copies (torch.round): the same bits.
+    digits=1: x to its first digit alone, (hi @ q^T) * sx * s (`grouped_intmm` on a one-digit split)."""
     K, N = q.shape[-1], q.shape[0]
     flat = x.reshape(-1, K).float()  # (M, K)
     M = flat.shape[0]
     sx = flat.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127  # (M, 1)
     u = flat / sx  # (M, K) in [-127, 127] (a new tensor: x itself may be flat)
     hi = u.round()
-    lo = u.sub_(hi).mul_(254).round_()  # the rest, in [-127, 127]
-    acc = torch._int_mm(torch.cat([hi, lo]).to(torch.int8), q.T).float()  # (2M, N): at most 127 * 127 * K, exact
-    y = acc[M:].div_(254).add_(acc[:M])  # (M, N)
+    if digits == 1:
+        y = torch._int_mm(hi.to(torch.int8), q.T).float()  # (M, N), exact in int32
+    else:
+        lo = u.sub_(hi).mul_(254).round_()  # the rest, in [-127, 127]
+        acc = torch._int_mm(torch.cat([hi, lo]).to(torch.int8), q.T).float()  # (2M, N): at most 127 * 127 * K
+        y = acc[M:].div_(254).add_(acc[:M])  # (M, N)
     return y.mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
 
 
 def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
                   s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Several experts' products on one digit split: `int8_linear_intmm` of each expert's rows, the same bits.
+    """Several experts' products on one digit split: `int8_linear_intmm` of each expert's rows, the same bits
+    (`int8_linear_intmm_ref(..., digits=1)`'s on a split of one digit).
 
     d: the digits of M rows; rows (P,) which of them, sorted by expert: `sizes[j]` rows for expert
     `experts[j]`, one after another; q (E, N, K) int8, s (E, N). -> (P, N) in `dtype`. The rows' digits are
     gathered into one int8 buffer, each expert's hi rows then its lo rows (its block), one `torch._int_mm`
     per block into one int32 buffer; the digits' sum and both scales for all P rows at once."""
+    if d.count == 1:
+        return _grouped_first_digit(d, rows, sizes, experts, q, s, dtype)
     K, N, M, P = q.shape[-1], q.shape[-2], d.rows, rows.numel()
     dev = rows.device
     n = torch.tensor(sizes, device=dev)  # (G,) rows per block
@@ -124,3 +147,29 @@ def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list
         at += 2 * size
     scale = s.index_select(0, torch.tensor(experts, device=dev).repeat_interleave(n)).float()  # (P, N)
     return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), scale, dtype)
+
+
+def _grouped_first_digit(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
+                         s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`grouped_intmm` on a one-digit split: the rows' codes gathered expert by expert, one `torch._int_mm` per
+    expert into one int32 buffer, then both scales for all P rows at once. -> (P, N) in `dtype`."""
+    N, P = q.shape[-2], rows.numel()
+    codes = d.codes[0].index_select(0, rows)  # (P, K) int8, expert by expert
+    acc = torch.empty(P, N, dtype=torch.int32, device=rows.device)
+    at = 0
+    for e, size in zip(experts, sizes):
+        torch._int_mm(codes[at:at + size], q[e].T, out=acc[at:at + size])  # (size, N), exact
+        at += size
+    y = acc.float().mul_(d.scale.index_select(0, rows))  # (P, N) fp32
+    for e, size, begin in zip(experts, sizes, _begins(sizes)):
+        y[begin:begin + size].mul_(s[e].float())  # the expert's row scales: the reference's order of products
+    return y.to(dtype)
+
+
+def _begins(sizes: list[int]) -> list[int]:
+    """Where each of the consecutive blocks of `sizes` begins."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
