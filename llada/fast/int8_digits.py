@@ -43,7 +43,8 @@ def round_half_even(u: torch.Tensor) -> torch.Tensor:
 class Digits:
     """Rows x (M, K) as two int8 digits each over the row's absolute maximum: x ~ (hi + lo / 254) * scale.
 
-    codes (2, M, K) int8: hi = round(x / scale) then lo = round((x / scale - hi) * 254), both in [-127, 127];
+    codes (2, M, K) int8 (or (1, M, K): the first digit alone): hi = round(x / scale) then
+    lo = round((x / scale - hi) * 254), both in [-127, 127];
     scale (M, 1) fp32 = amax|x| / 127. A row's digits depend on that row alone."""
 
     codes: torch.Tensor
@@ -161,15 +162,8 @@ def _grouped_first_digit(d: Digits, rows: torch.Tensor, sizes: list[int], expert
         torch._int_mm(codes[at:at + size], q[e].T, out=acc[at:at + size])  # (size, N), exact
         at += size
     y = acc.float().mul_(d.scale.index_select(0, rows))  # (P, N) fp32
-    for e, size, begin in zip(experts, sizes, _begins(sizes)):
-        y[begin:begin + size].mul_(s[e].float())  # the expert's row scales: the reference's order of products
+    at = 0
+    for e, size in zip(experts, sizes):
+        y[at:at + size].mul_(s[e].float())  # the expert's row scales: the reference's order of products
+        at += size
     return y.to(dtype)
-
-
-def _begins(sizes: list[int]) -> list[int]:
-    """Where each of the consecutive blocks of `sizes` begins."""
-    out, at = [], 0
-    for n in sizes:
-        out.append(at)
-        at += n
-    return out
