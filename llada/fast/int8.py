@@ -39,11 +39,12 @@ routing: ~21 on the load replica), the count being that row's own (`llada.row_ex
 neighbours'.
 
 How many digits of x. The linear layers take both: x rounded to its first digit there moved the logits
-(relative RMSE against the bf16 model 0.130 -> 0.156 on the LLaDA2.2 load replica, bench/results/
-int8-digits-2.2-*.json). The routed experts' many rows take the first alone (`EXPERT_DIGITS`): with LLaDA2.2's
-block routing an expert gets ~20-30 rows, where a product is bound by its arithmetic and two digits cost what
-the bf16 product does; the first digit alone moved that RMSE by 0.0004 (the weights' own int8 rounding is the
-0.130) and made the forward ~10% faster.
+(relative RMSE against the bf16 model 0.130 -> 0.156 on the LLaDA2.2 load replica, `digits_of_x` in
+bench/results/int8-configs-2.2-f01a1cc.json). The routed experts' many rows take the first alone
+(`EXPERT_DIGITS`): with LLaDA2.2's block routing an expert gets ~20-30 rows, where a product is bound by its
+arithmetic and two digits cost what the bf16 product does; the first digit alone moved that RMSE by 0.0004 (the
+weights' own int8 rounding is the 0.130) and took int8 / default from 1.18-1.22 to 1.02-1.05 (the same bench at
+59f70d2 and at f01a1cc).
 
 `llada.fast.int8_mlp.quantize_model_int8(model)` swaps the modules into a loaded model;
 `llada.weights.checkpoint` quantizes tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and

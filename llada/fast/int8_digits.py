@@ -153,7 +153,8 @@ def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list
 def _grouped_first_digit(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
                          s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`grouped_intmm` on a one-digit split: the rows' codes gathered expert by expert, one `torch._int_mm` per
-    expert into one int32 buffer, then both scales for all P rows at once. -> (P, N) in `dtype`."""
+    expert into one int32 buffer, then the rows' scales for all P rows at once and each expert's on its block.
+    -> (P, N) in `dtype`."""
     N, P = q.shape[-2], rows.numel()
     codes = d.codes[0].index_select(0, rows)  # (P, K) int8, expert by expert
     acc = torch.empty(P, N, dtype=torch.int32, device=rows.device)
