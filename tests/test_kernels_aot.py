@@ -89,6 +89,8 @@ def test_bf16_gemms_use_bf16_tensor_cores_everywhere(report):
     for arch, prefix in ((80, "mma.sync"), (89, "mma.sync"), (90, "wgmma")):
         for r in rows(report, arch, "bf16", GEMMS):
             assert r["mma"] and all(m.startswith(prefix) and "bf16" in m for m in r["mma"]), r
+            if arch == 90 and r["registers"] != -1:  # the SASS read back: Hopper's warpgroup MMA in bf16
+                assert r["gmma"] and all(g.startswith("HGMMA") and "BF16" in g for g in r["gmma"]), r
 
 
 def test_gemms_do_not_spill(report):

@@ -35,10 +35,13 @@ MINI = {"hidden": 2048, "inner": 512, "experts": 256, "top_k": 8, "n_group": 8, 
 TOKENS = (1, 8, 32, 128, 512, 2048)  # the benchmark's M values and a prefill
 ARCHS = (80, 89, 90)
 CACHE_SLOTS = 4096  # KV cache slots of the static forward (prompt + generation)
-# read back with cuobjdump (~1 s each): the GEMMs, the router's (whose top-k holds a whole row per program)
-# and the k-sum
+# read back with cuobjdump: registers and spills (a few ms each) of the GEMMs, the router's (whose top-k holds a
+# whole row per program) and the k-sum; the disassembly (~0.4 s of CPU each) only where warpgroup MMAs
+# can appear, Hopper's GEMMs
 SASS_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel", "_route_kernel", "_route_logits_kernel",
                 "_route_select_kernel", "_ksum_kernel")
+GMMA_KERNELS = ("_up_kernel", "_down_kernel", "_linear_kernel")
+GMMA_ARCHS = (90,)
 
 
 class StandInDriver:
@@ -163,14 +166,15 @@ def compile_launch(launch, tokens: int, spec: DeviceSpec, weights: str, estimate
                    sass: dict | None = None) -> tuple[str, Compiled]:
     """Compile one launch for `spec` (Triton's cache answers repeats); returns (kernel hash, report).
 
-    `sass` memoizes the cuobjdump reading per kernel hash (a second of CPU per call)."""
+    `sass` memoizes the cuobjdump reading per kernel hash."""
     kernel = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.meta)
     ptx = kernel.asm["ptx"]
     mma = sorted(set(re.findall(r"\b((?:wgmma\.mma_async|mma\.sync)[\w.]*)", ptx)))
     meta = {k: v for k, v in launch.meta.items() if not isinstance(v, float)}
     sass = {} if sass is None else sass
     if kernel.hash not in sass:
-        sass[kernel.hash] = _cuobjdump(kernel.asm["cubin"]) if launch.name in SASS_KERNELS else ([], -1, -1)
+        gmma = spec.arch in GMMA_ARCHS and launch.name in GMMA_KERNELS  # disassemble: warpgroup MMAs possible
+        sass[kernel.hash] = _cuobjdump(kernel.asm["cubin"], gmma) if launch.name in SASS_KERNELS else ([], -1, -1)
     gmma, registers, spills = sass[kernel.hash]
     return kernel.hash, Compiled(arch=spec.arch, kernel=launch.name, tokens=tokens, weights=weights, meta=meta,
                                  mma=mma, gmma=gmma, e4m3_converts=len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx)),
@@ -178,8 +182,10 @@ def compile_launch(launch, tokens: int, spec: DeviceSpec, weights: str, estimate
                                  shared_estimate=estimate, shared_limit=spec.smem)
 
 
-def _cuobjdump(cubin: bytes) -> tuple[list[str], int, int]:
-    """(warpgroup MMAs in the SASS, registers, spill bytes) from the bundled cuobjdump; ([], -1, -1) without it."""
+def _cuobjdump(cubin: bytes, gmma: bool = True) -> tuple[list[str], int, int]:
+    """(warpgroup MMAs in the SASS, registers, spill bytes) from the bundled cuobjdump; ([], -1, -1) without it.
+
+    `gmma=False` reads the resource usage alone (no disassembly): no MMAs listed."""
     import subprocess
     import tempfile
 
@@ -189,7 +195,7 @@ def _cuobjdump(cubin: bytes) -> tuple[list[str], int, int]:
         f.write(cubin)
         f.flush()
         try:
-            text = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", "-res-usage", f.name],
+            text = subprocess.run([knobs.nvidia.cuobjdump.path, *(["-sass"] if gmma else []), "-res-usage", f.name],
                                   capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):  # the PTX check still stands
             return [], -1, -1
