@@ -42,8 +42,11 @@ def learn_url(tiny_model_dir):
         demo.close()
 
 
-@pytest.fixture(params=[(v, t) for v in VIEWPORTS for t in ("light", "dark")], ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=[(v, t) for v in VIEWPORTS for t in ("light", "dark")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def page(request, browser, learn_url):  # noqa: F811 - browser is the imported fixture
+    """One page per viewport and theme, shared by the tests in file order (each picks its lessons; a page load
+    costs Chromium ~2 CPU seconds)."""
     viewport, theme = request.param
     page = browser.new_page(viewport=VIEWPORTS[viewport])
     page.set_default_timeout(90_000)  # clicks and reads wait this long for their element on a loaded machine
@@ -55,8 +58,13 @@ def page(request, browser, learn_url):  # noqa: F811 - browser is the imported f
     page.wait_for_selector("#canvas-learn .tok", timeout=60_000)
     page.name = f"{viewport}-{theme}"
     yield page
-    assert page.dialogs == []
     page.close()
+
+
+@pytest.fixture(autouse=True)
+def no_dialog(page):
+    yield
+    assert page.dialogs == []
 
 
 def step_of(page, elem_id: str = "canvas-learn") -> int:
