@@ -35,6 +35,22 @@ def open_page(browser, app_url, viewport: str, theme: str):
     return page
 
 
+@pytest.fixture(scope="module")
+def pages(browser, app_url):
+    """`pages(viewport, theme)`: one page per viewport and theme, kept for the tests after the first visit (a page
+    load costs Chromium ~2 CPU seconds)."""
+    opened = {}
+
+    def get(viewport: str, theme: str):
+        if (viewport, theme) not in opened:
+            opened[viewport, theme] = open_page(browser, app_url, viewport, theme)
+        return opened[viewport, theme]
+
+    yield get
+    for page in opened.values():
+        page.close()
+
+
 def wait_done(page, timeout: int = 90_000) -> None:
     page.wait_for_function("/^(done|stopped)/.test(document.querySelector('#stats').innerText)", timeout=timeout)
 
@@ -47,8 +63,8 @@ def luminance(page, selector: str, prop: str) -> float:
 
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 @pytest.mark.parametrize("theme", list(THEMES))
-def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
-    page = open_page(browser, app_url, viewport, theme)
+def test_an_example_runs_and_replays_slowly(pages, viewport, theme):
+    page = pages(viewport, theme)  # the first test on these pages: a first visit
     # above the fold, both read in one frame once the first layout has settled there
     page.wait_for_function("""height => ['#prompt textarea', '#generate']
         .every(h => (e => e !== null && e.getBoundingClientRect().top < height)(document.querySelector(h)))""",
@@ -69,11 +85,10 @@ def test_an_example_runs_and_replays_slowly(browser, app_url, viewport, theme):
     page.wait_for_selector("#chart-confidence .js-plotly-plot", timeout=60_000)
     assert "1,024 forwards per run and 30 s per request" in page.inner_text("#budget-note")  # the shipped budget
     page.screenshot(path=str(ARTIFACTS / f"first-visit-{viewport}-{theme}.png"))
-    page.close()
 
 
-def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
-    page = open_page(browser, app_url, "phone", "light")
+def test_compare_shows_each_presets_block_and_a_verdict(pages):
+    page = pages("phone", "light")  # after its example ran
     page.fill("#prompt textarea", "176+771=")
     page.click("#run-compare")
     page.wait_for_function("document.querySelector('#compare-verdict').innerText.includes('forwards')",
@@ -93,7 +108,6 @@ def test_compare_shows_each_presets_block_and_a_verdict(browser, app_url):
         return s.height > 0 && q.top >= s.bottom - 1;
     }""", timeout=90_000)
     page.locator("#compare").screenshot(path=str(ARTIFACTS / "compare-phone.png"))
-    page.close()
 
 
 def test_keyboard_unicode_and_typed_ranges(browser, app_url):
@@ -111,10 +125,10 @@ def test_keyboard_unicode_and_typed_ranges(browser, app_url):
     page.close()
 
 
-def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
+def test_a_score_tpf_point_loads_into_the_playground(pages):
     from test_browser_explorer import run_small_sweep
 
-    page = open_page(browser, app_url, "desktop", "light")
+    page = pages("desktop", "light")  # after its example ran
     page.get_by_role("tab", name="Score | TPF").click()
     page.wait_for_selector("#explorer-run", timeout=60_000)
     run_small_sweep(page, 180_000)
@@ -127,4 +141,3 @@ def test_a_score_tpf_point_loads_into_the_playground(browser, app_url):
                            timeout=60_000)
     assert page.locator("#block-length input[type=number]").input_value() == str(q["block_length"])  # Q's own block
     assert page.locator("#mode input[value='Custom']").is_checked()
-    page.close()

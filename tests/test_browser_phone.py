@@ -10,6 +10,7 @@
   wash it is drawn on, computed from the computed styles, in the light and the dark theme;
 * the explorer's chart sits on the page's own background with the theme's ink.
 
+Most tests share one page per viewport and theme, in file order (`pages`); each opens the tab it reads.
 Screenshots go to tests/artifacts/phone-*.png (not versioned).
 """
 
@@ -47,6 +48,26 @@ def open_page(browser, app_url, viewport: str = "phone", theme: str = "light"):
 
 def close(page) -> None:
     page.context.close()
+
+
+@pytest.fixture(scope="module")
+def pages(browser, app_url):
+    """`pages(viewport, theme)`: one page per viewport and theme, shared by the tests in file order (a page load
+    costs Chromium ~2 CPU seconds). Each test opens the tab it reads; the first on a page finds it unvisited."""
+    opened = {}
+
+    def get(viewport: str = "phone", theme: str = "light"):
+        if (viewport, theme) not in opened:
+            opened[viewport, theme] = open_page(browser, app_url, viewport, theme)
+        return opened[viewport, theme]
+
+    yield get
+    for page in opened.values():
+        close(page)
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
 
 
 def run_example(page, label: str = EXAMPLE) -> None:
@@ -94,8 +115,8 @@ def unreadable_columns(page, elem_id: str, names: list[str]) -> list[str]:
 # ---- before the first run ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("theme", list(THEMES))
-def test_every_empty_panel_says_what_will_appear(browser, app_url, theme):
-    page = open_page(browser, app_url, "phone", theme)
+def test_every_empty_panel_says_what_will_appear(pages, theme):
+    page = pages("phone", theme)  # the first test on these pages: nothing has run
     assert "press Generate" in page.inner_text("#canvas .hint")
     assert page.inner_text("#stats").startswith("No run yet: press Generate")
     assert "Compare S vs Q" in page.inner_text("#canvas-s .hint") and "Q run" in page.inner_text("#canvas-q .hint")
@@ -114,13 +135,13 @@ def test_every_empty_panel_says_what_will_appear(browser, app_url, theme):
     }).map(b => b.id)""")
     assert blank == []  # no visible panel of the page is blank space
     page.screenshot(path=str(ARTIFACTS / f"phone-empty-{theme}.png"), full_page=True)
-    close(page)
 
 
 # ---- a phone after a run -----------------------------------------------------------------------------------
 
-def test_tables_and_charts_read_on_a_phone(browser, app_url):
-    page = open_page(browser, app_url)
+def test_tables_and_charts_read_on_a_phone(pages):
+    page = pages()
+    tab(page, "Playground")
     run_example(page)
     page.wait_for_selector("#edit-log [role=gridcell]", timeout=WAIT)
     assert unreadable_columns(page, "edit-log", ["step", "kind", "p", "old"]) == []
@@ -146,25 +167,23 @@ def test_tables_and_charts_read_on_a_phone(browser, app_url):
     page.wait_for_selector("#compare-table [role=gridcell]", timeout=WAIT)
     assert unreadable_columns(page, "compare-table", ["run", "answer", "TPF", "forwards", "edits"]) == []
     page.locator("#compare-table").screenshot(path=str(ARTIFACTS / "phone-compare-table.png"))
-    close(page)
 
 
-def test_explorer_accuracy_and_tpf_read_on_a_phone(browser, app_url):
+def test_explorer_accuracy_and_tpf_read_on_a_phone(pages):
     from test_browser_explorer import run_small_sweep
 
-    page = open_page(browser, app_url)
-    page.get_by_role("tab", name="Score | TPF").click()
+    page = pages()
+    tab(page, "Score | TPF")
     page.wait_for_selector("#explorer-run", timeout=WAIT)
     run_small_sweep(page, 240_000)
     page.wait_for_selector("#explorer-table [role=gridcell]", timeout=WAIT)
     assert unreadable_columns(page, "explorer-table", ["series", "τ_mask", "τ_edit", "accuracy %", "TPF"]) == []
     page.locator("#explorer-table").screenshot(path=str(ARTIFACTS / "phone-explorer-table.png"))
     page.locator("#explorer-chart").screenshot(path=str(ARTIFACTS / "phone-explorer-chart.png"))
-    close(page)
 
 
 def test_a_tap_or_the_arrow_keys_show_a_tokens_details(browser, app_url):
-    page = open_page(browser, app_url)
+    page = open_page(browser, app_url)  # its own: the example's replay from its start
     run_example(page)
     page.click("#pause")
     deadline = time.monotonic() + WAIT / 1000  # a press that comes before the run's replay is in the page
@@ -205,9 +224,9 @@ def test_a_tap_or_the_arrow_keys_show_a_tokens_details(browser, app_url):
     close(page)
 
 
-def test_a_picked_lesson_plays_in_view(browser, app_url):
-    page = open_page(browser, app_url)
-    page.get_by_role("tab", name="Learn").click()
+def test_a_picked_lesson_plays_in_view(pages):
+    page = pages()
+    tab(page, "Learn")
     page.wait_for_selector("#canvas-learn .tok", timeout=WAIT)
     page.evaluate("window.scrollTo(0, 0)")
     page.locator("#learn-run label").nth(2).click()
@@ -216,19 +235,18 @@ def test_a_picked_lesson_plays_in_view(browser, app_url):
         return top >= -1 && top < window.innerHeight / 2;
     }""", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "phone-learn-picked.png"))
-    close(page)
 
 
 # ---- both themes ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("theme", list(THEMES))
-def test_token_text_keeps_its_contrast_on_every_wash(browser, app_url, theme):
+def test_token_text_keeps_its_contrast_on_every_wash(pages, theme):
     from test_browser_learn import first_step, hold, pick
     from ui.learn import lessons as recorded
 
     lessons = {r.idea: r for r in recorded.load_recordings().values()}
-    page = open_page(browser, app_url, "desktop", theme)
-    page.get_by_role("tab", name="Learn").click()
+    page = pages("desktop", theme)
+    tab(page, "Learn")
     page.wait_for_selector("#canvas-learn .tok", timeout=WAIT)
     seen: dict[str, float] = {}
     for idea, state in (("edit", "edit"), ("mbe", "mbe")):
@@ -244,22 +262,20 @@ def test_token_text_keeps_its_contrast_on_every_wash(browser, app_url, theme):
             name = el.evaluate("e => e.closest('.tok').dataset.state + ' ' + e.className")
             seen[name] = min(seen.get(name, 99.0), el.evaluate(CONTRAST_JS))
     page.locator("#learn").screenshot(path=str(ARTIFACTS / f"contrast-{theme}.png"))
-    close(page)
     assert {"edit old", "edit new", "mbe old", "mbe new", "prompt txt", "stable txt"} <= set(seen)
     low = {name: round(c, 2) for name, c in seen.items() if c < 4.5}
     assert low == {}, f"text under 4.5:1 in the {theme} theme: {low} (all: {seen})"
 
 
 @pytest.mark.parametrize("theme", list(THEMES))
-def test_explorer_chart_follows_the_theme(browser, app_url, theme):
-    page = open_page(browser, app_url, "desktop", theme)
-    page.get_by_role("tab", name="Score | TPF").click()
+def test_explorer_chart_follows_the_theme(pages, theme):
+    page = pages("desktop", theme)
+    tab(page, "Score | TPF")
     page.wait_for_selector("#explorer-chart .js-plotly-plot .gtitle", timeout=WAIT)
     ink = page.eval_on_selector("#explorer-chart .gtitle", f"el => ({CONTRAST_JS})(el, getComputedStyle(el).fill)")
     black = page.eval_on_selector("#explorer-chart .main-svg", f"el => ({CONTRAST_JS})(el, 'rgb(0, 0, 0)')")
     paper = page.eval_on_selector("#explorer-chart .main-svg", "e => getComputedStyle(e).backgroundColor")
     page.locator("#explorer-chart").screenshot(path=str(ARTIFACTS / f"explorer-chart-{theme}.png"))
-    close(page)
     assert paper in ("rgba(0, 0, 0, 0)", "transparent")  # the chart draws no white sheet of its own
     assert ink >= 4.5  # its title reads on the page behind it
     assert (black < 4.5) == (theme == "dark")  # black text would not read on the chart: its backdrop is dark
