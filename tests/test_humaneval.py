@@ -132,12 +132,25 @@ def test_the_canonical_solutions_pass_both(evaluator):
 
 
 def test_find_zero_solutions_other_than_the_canonical_one_pass(evaluator):
-    """Newton's method from 1.0 finds another root than the canonical solution on 187 of the 888 inputs."""
+    """Newton's method from 1.0 finds another root than the canonical solution on 201 of the 888 inputs.
+
+    Where it has not converged in 100 steps it starts again from a root bracketed to 1e-6: every input takes
+    milliseconds, far under the 1 s time limit even on a loaded machine (10,000 steps from 1.0 alone took 2.2 s
+    over the inputs, and went past the limit once in a whole run beside other work)."""
     p = evaluator.problems["HumanEval/32"]
-    newton = p.prompt + ("    x = 1.0\n    for _ in range(10000):\n        fx = poly(xs, x)\n"
-                         "        if abs(fx) < 1e-9:\n            break\n"
-                         "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
-                         "        x = x - fx / d if d else x + 0.5\n    return x\n")
+    newton = p.prompt + (
+        "    def newton(x):\n"
+        "        for _ in range(100):\n            fx = poly(xs, x)\n"
+        "            if abs(fx) < 1e-9:\n                break\n"
+        "            d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
+        "            x = x - fx / d if d else x + 0.5\n"
+        "        return x, abs(fx) < 1e-9\n"
+        "    x, done = newton(1.0)\n"
+        "    if done:\n        return x\n"
+        "    lo, hi = -1.0, 1.0\n    while poly(xs, lo) * poly(xs, hi) > 0:\n        lo, hi = 2 * lo, 2 * hi\n"
+        "    while hi - lo > 1e-6:\n        mid = (lo + hi) / 2\n"
+        "        lo, hi = (mid, hi) if poly(xs, mid) * poly(xs, lo) > 0 else (lo, mid)\n"
+        "    return newton(lo)[0]\n")
     assert evaluator.check(p, newton)[1:3] == (True, True)
 
 
