@@ -70,8 +70,7 @@ def int8_digits(x: torch.Tensor, digits: int = 2) -> Digits:
     the same ones, slower)."""
     K = x.shape[-1]
     flat = x.reshape(-1, K)  # (M, K)
-    low, high = torch.aminmax(flat, dim=-1, keepdim=True)  # (M, 1) each: one pass, exact in x's dtype
-    sx = torch.maximum(-low, high).float().clamp_min_(1e-30).div_(127)  # (M, 1) amax|x| / 127
+    sx = flat.abs().amax(-1, keepdim=True).float().clamp_min_(1e-30).div_(127)  # (M, 1); abs, max exact in x's dtype
     u = torch.div(flat, sx)  # (M, K) fp32 (bf16 x promotes exactly), in [-127, 127]
     codes = torch.empty(digits, *flat.shape, dtype=torch.int8, device=x.device)  # (digits, M, K)
     if digits == 1:
@@ -86,18 +85,16 @@ def int8_digits(x: torch.Tensor, digits: int = 2) -> Digits:
 def combine_digits(acc: torch.Tensor, hi: torch.Tensor | slice, lo: torch.Tensor | slice, sx: torch.Tensor,
                    s: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
     """acc (R, N) int32, the products of both digits' rows (`hi`, `lo`: which rows, a slice or an index),
-    -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype` (into `out` where given): sx (M, 1) fp32, s (N,) or
-    (M, N) in fp32 or bf16."""
+    -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype` (written into `out` where given): sx (M, 1), s (N,) or
+    (M, N) fp32."""
     pick = (lambda i: acc[i]) if isinstance(hi, slice) else (lambda i: acc.index_select(0, i))
     y = torch.div(pick(lo), 254).add_(pick(hi))  # (M, N) fp32 (int32 promotes): |acc| <= 127 * 127 * K, as .float()
-    return scaled(y.mul_(sx), s, dtype, out)
+    return _cast(y.mul_(sx).mul_(s), dtype, out)
 
 
-def scaled(y: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """y (M, N) fp32 * s (N,) or (M, N) -> `dtype`, in one pass: a bf16 s promotes exactly and the product is
-    rounded once, as y * s.float() then .to(dtype) would (written into `out` (M, N) where given)."""
-    out = torch.empty(y.shape, dtype=dtype, device=y.device) if out is None else out
-    return torch.mul(y, s, out=out)
+def _cast(y: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
+    """y in `dtype`: a new tensor, or written into `out` (the same rounding)."""
+    return y.to(dtype) if out is None else out.copy_(y)
 
 
 def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -112,7 +109,7 @@ def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
         M = d.rows
         with products():
             acc = torch._int_mm(d.codes.view(2 * M, K), q.T)  # (2M, N) int32, exact
-        y = combine_digits(acc, slice(0, M), slice(M, 2 * M), d.scale, s, x.dtype)
+        y = combine_digits(acc, slice(0, M), slice(M, 2 * M), d.scale, s.float(), x.dtype)
     return y.view(*x.shape[:-1], N)
 
 
@@ -162,26 +159,23 @@ def grouped_intmm(d: Digits, rows: torch.Tensor | None, sizes: list[int], expert
         block = [2 * n for n in sizes]
         for e, c, a in zip(experts, codes.split(block), acc.split(block)):
             torch._int_mm(c, q[e].T, out=a)  # (2 size, N), exact
-    return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), _row_scales(s, experts, sizes), dtype, out)
-
-
-def _row_scales(s: torch.Tensor, experts: list[int], sizes: list[int]) -> torch.Tensor:
-    """s (E, N) -> (P, N): each row's expert's scales, the rows expert by expert (`sizes[j]` of `experts[j]`)."""
-    e = torch.tensor(experts, device=s.device).repeat_interleave(torch.tensor(sizes, device=s.device))  # (P,)
-    return s.index_select(0, e)
+    scale = s.index_select(0, torch.tensor(experts, device=dev).repeat_interleave(n)).float()  # (P, N)
+    return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), scale, dtype, out)
 
 
 def _grouped_first_digit(d: Digits, rows: torch.Tensor | None, sizes: list[int], experts: list[int],
                          q: torch.Tensor, s: torch.Tensor, dtype: torch.dtype,
                          out: torch.Tensor | None = None) -> torch.Tensor:
     """`grouped_intmm` on a one-digit split: the rows' codes gathered expert by expert (rows None: d's rows as
-    they are), one `torch._int_mm` per expert into one int32 buffer, then both scales for all P rows at once:
-    (acc * sx) * s, the reference's order of products, the int32 promoted to fp32 inside the first (as
-    .float()). -> (P, N) in `dtype`."""
+    they are), one `torch._int_mm` per expert into one int32 buffer, then the rows' scales for all P rows at once
+    and each expert's on its block (the reference's order of products). -> (P, N) in `dtype`."""
     codes = d.codes[0] if rows is None else d.codes[0].index_select(0, rows)  # (P, K) int8, expert by expert
     sx = d.scale if rows is None else d.scale.index_select(0, rows)  # (P, 1) fp32
     acc = torch.empty(codes.shape[0], q.shape[-2], dtype=torch.int32, device=q.device)  # (P, N)
     with products():
         for e, c, a in zip(experts, codes.split(sizes), acc.split(sizes)):
             torch._int_mm(c, q[e].T, out=a)  # (size, N), exact
-    return scaled(torch.mul(acc, sx), _row_scales(s, experts, sizes), dtype, out)
+    y = acc.float().mul_(sx)  # (P, N) fp32
+    for e, block in zip(experts, y.split(sizes)):
+        block.mul_(s[e].float())  # the expert's row scales
+    return _cast(y, dtype, out)

@@ -28,7 +28,7 @@ from torch import nn
 from ..model import Experts, LLaDA2MoE, MoE, SwiGLU
 from ..row_exact import project
 from .int8 import Int8Experts, Int8Linear, quantized_modules
-from .int8_digits import Digits, int8_digits, scaled
+from .int8_digits import Digits, int8_digits
 from .team import products, serial
 
 
@@ -51,8 +51,8 @@ class Int8SwiGLU(nn.Module):
                 torch._int_mm(codes, qg.T, out=acc[0])  # exact
                 torch._int_mm(codes, qu.T, out=acc[1])
             y = torch.div(acc[:, M:], 254).add_(acc[:, :M])  # (2, M, I) fp32, as `combine_digits`
-            s = torch.stack([self.gate_proj.scale, self.up_proj.scale])[:, None, :]  # (2, 1, I) bf16
-            y = scaled(y.mul_(d.scale), s, x.dtype)  # (2, M, I)
+            s = torch.stack([self.gate_proj.scale, self.up_proj.scale]).float()[:, None, :]  # (2, 1, I)
+            y = y.mul_(d.scale).mul_(s).to(x.dtype)
             h = F.silu(y[0]) * y[1]  # (M, I)
             return self.down_proj(h).view(*x.shape[:-1], -1)
 
