@@ -46,6 +46,15 @@ arithmetic and two digits cost what the bf16 product does; the first digit alone
 weights' own int8 rounding is the 0.130) and took int8 / default from 1.18-1.22 to 1.02-1.05 (the same bench at
 59f70d2 and at f01a1cc).
 
+Threads. Between its products the int8 forward runs small steps (splits, scales, gathers), each one a
+parallel region of torch's OpenMP team when it has more than 32768 elements; with the team's threads sleeping
+between regions (`OMP_WAIT_POLICY=PASSIVE`), waking them costs more than the half of the work they take off
+(a (256, 1024) int32 -> fp32 scale: 117 us on 2 threads, 38 us on one). So the modules run those steps on the
+calling thread alone and give the team back for the products (`llada.fast.team`: a setting of that thread
+only). On the LLaDA2.2 load replica int8 / default went from 1.00-1.05 wall (0.93-0.96 CPU) to 0.88-0.90
+(0.86-0.87), the two commits' benches run by turns (bench/results/int8-configs-2.2-7f50593-{2,3}.json,
+-ca4869c-{3,4}.json); 0.87-0.93 wall in all 12 rounds at ca4869c; LLaDA2.1's 0.85-0.88.
+
 `llada.fast.int8_mlp.quantize_model_int8(model)` swaps the modules into a loaded model;
 `llada.weights.checkpoint` quantizes tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
 `llada.weights.int8_checkpoint` writes an int8 checkpoint once that loads as it is. The embeddings, the
