@@ -46,6 +46,15 @@ arithmetic and two digits cost what the bf16 product does; the first digit alone
 weights' own int8 rounding is the 0.130) and took int8 / default from 1.18-1.22 to 1.02-1.05 (the same bench at
 59f70d2 and at f01a1cc).
 
+Threads. Between its products the int8 forward runs small steps (splits, scales, gathers), each one a
+parallel region of torch's OpenMP team when it has more than 32768 elements; with the team's threads sleeping
+between regions (`OMP_WAIT_POLICY=PASSIVE`), waking them costs more than the half of the work they take off
+(a (256, 1024) int32 -> fp32 scale: 117 us on 2 threads, 38 us on one). So the modules run those steps on the
+calling thread alone and give the team back for the products (`llada.fast.team`: a setting of that thread
+only). On the LLaDA2.2 load replica int8 / default went from 1.00-1.05 wall (0.93-0.96 CPU) to 0.88-0.90
+(0.86-0.87), the two commits' benches run by turns (bench/results/int8-configs-2.2-7f50593-{2,3}.json,
+-ca4869c-{3,4}.json); 0.87-0.93 wall in all 12 rounds at ca4869c; LLaDA2.1's 0.85-0.88.
+
 `llada.fast.int8_mlp.quantize_model_int8(model)` swaps the modules into a loaded model;
 `llada.weights.checkpoint` quantizes tensor by tensor as the shards are read (`load_model(path, quantize="int8")`), and
 `llada.weights.int8_checkpoint` writes an int8 checkpoint once that loads as it is. The embeddings, the
@@ -62,6 +71,7 @@ from torch import nn
 from ..model import Experts, LLaDA2MoE
 from ..row_exact import padded_rows, row_exact_on, row_sizes
 from .int8_digits import Digits, grouped_intmm, int8_digits, int8_linear_intmm, int8_linear_intmm_ref
+from .team import products, serial
 
 IMPLS = ("pack", "tiles", "torch", "intmm")
 PACK_K = 16  # the pack kernel's K must be a multiple of this (bf16)
@@ -234,7 +244,13 @@ class Int8Experts(nn.Module):
         """`many` (T, K): which pairs run intmm (default `many_pairs(ids)`; a slice of the experts across ranks
         passes its pairs' flags as one process would set them). The few pairs run expert by expert (`_few`),
         the many on one digit split of x per layer (`_many`; `digits`: x's split where the caller made it,
-        `llada.fast.int8_mlp.Int8MoE`): the bits of `forward_ref`."""
+        `llada.fast.int8_mlp.Int8MoE`): the bits of `forward_ref`. The steps between the products run on this
+        thread alone, the products on the team (`llada.fast.team`)."""
+        with serial():
+            return self._forward(x, ids, weights, many, digits)
+
+    def _forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, many: torch.Tensor | None,
+                 digits: Digits | None) -> torch.Tensor:
         T, K = ids.shape
         E = self.w13.shape[0]
         many = self.many_pairs(ids) if many is None else many
@@ -247,9 +263,10 @@ class Int8Experts(nn.Module):
         if few:
             ys[:few] = self._few(x, tokens[:few], counts[:E])
         if few < T * K:
-            ys[few:] = self._many(x, tokens[few:], counts[E:], digits)
-        out = torch.empty_like(ys)
-        out[order] = ys  # back to (token, k) order
+            self._many(x, tokens[few:], counts[E:], digits, out=ys[few:])
+        where = torch.empty_like(order)
+        where[order] = torch.arange(T * K, device=x.device)  # (T*K,) each pair's row among the sorted
+        out = ys.index_select(0, where)  # (T*K, H) back to (token, k) order: `forward_ref`'s out[order] = ys
         return (out.view(T, K, -1) * weights.to(x.dtype)[..., None]).sum(1)
 
     def _few(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -258,29 +275,33 @@ class Int8Experts(nn.Module):
         ys, begin = torch.empty_like(xs), 0
         for e, n in enumerate(counts):
             if n:
-                gate, up = product(xs[begin:begin + n], self.w13[e], self.w13_scale[e]).chunk(2, dim=-1)
-                ys[begin:begin + n] = product(F.silu(gate) * up, self.w2[e], self.w2_scale[e])  # (n, H)
+                with products():
+                    gate, up = product(xs[begin:begin + n], self.w13[e], self.w13_scale[e]).chunk(2, dim=-1)
+                h = F.silu(gate) * up  # (n, I)
+                with products():
+                    ys[begin:begin + n] = product(h, self.w2[e], self.w2_scale[e])  # (n, H)
                 begin += n
         return ys
 
-    def _many(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int],
-              digits: Digits | None = None) -> torch.Tensor:
+    def _many(self, x: torch.Tensor, tokens: torch.Tensor, counts: list[int], digits: Digits | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
         """The same contract on intmm: x's rows split into digits once (not once per pair: a token goes to K
         experts), the hidden rows of several experts at once, one `torch._int_mm` per expert and product.
         Experts go in groups of up to GROUP_PAIRS pairs (an expert's pairs never split), which bounds the
-        int32 and fp32 buffers of a long prefill; a pair's bits do not depend on its group."""
+        int32 and fp32 buffers of a long prefill; a pair's bits do not depend on its group. The (P, H) result
+        is written into `out` where given."""
         d = int8_digits(x, EXPERT_DIGITS) if digits is None else digits
-        d, ys, begin = d.first() if EXPERT_DIGITS == 1 else d, [], 0
+        d, begin = d.first() if EXPERT_DIGITS == 1 else d, 0
+        out = x.new_empty(tokens.numel(), x.shape[-1]) if out is None else out  # (P, H)
         for used in _expert_groups(counts, GROUP_PAIRS):
             sizes = [counts[e] for e in used]
             rows = tokens[begin:begin + sum(sizes)]  # (P,) this group's tokens, sorted by expert
             gate, up = grouped_intmm(d, rows, sizes, used, self.w13, self.w13_scale, x.dtype).chunk(2, dim=-1)
             h = F.silu(gate) * up  # (P, I) each of gate, up, h
-            at = torch.arange(h.shape[0], device=x.device)
-            hd = int8_digits(h, EXPERT_DIGITS)
-            ys.append(grouped_intmm(hd, at, sizes, used, self.w2, self.w2_scale, x.dtype))  # (P, H)
+            grouped_intmm(int8_digits(h, EXPERT_DIGITS), None, sizes, used, self.w2, self.w2_scale, x.dtype,
+                          out[begin:begin + len(rows)])  # (P, H)
             begin += len(rows)
-        return ys[0] if len(ys) == 1 else torch.cat(ys)
+        return out
 
     def forward_ref(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                     many: torch.Tensor | None = None, digits: Digits | None = None) -> torch.Tensor:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .team import products, serial
 
 ROUNDER = 1.5 * 2 ** 23  # u + ROUNDER - ROUNDER rounds fp32 |u| < 2^22 to the nearest integer, ties to even
 
@@ -71,21 +72,29 @@ def int8_digits(x: torch.Tensor, digits: int = 2) -> Digits:
     flat = x.reshape(-1, K)  # (M, K)
     sx = flat.abs().amax(-1, keepdim=True).float().clamp_min_(1e-30).div_(127)  # (M, 1); abs, max exact in x's dtype
     u = torch.div(flat, sx)  # (M, K) fp32 (bf16 x promotes exactly), in [-127, 127]
-    hi = round_half_even(u)
     codes = torch.empty(digits, *flat.shape, dtype=torch.int8, device=x.device)  # (digits, M, K)
+    if digits == 1:
+        codes[0].copy_(u.add_(ROUNDER).sub_(ROUNDER))  # round_half_even in place: u is not read again
+        return Digits(codes, sx)
+    hi = round_half_even(u)
     codes[0].copy_(hi)
-    if digits == 2:
-        codes[1].copy_(round_half_even(u.sub_(hi).mul_(254)))  # the rest, in [-127, 127]
+    codes[1].copy_(round_half_even(u.sub_(hi).mul_(254)))  # the rest, in [-127, 127]
     return Digits(codes, sx)
 
 
 def combine_digits(acc: torch.Tensor, hi: torch.Tensor | slice, lo: torch.Tensor | slice, sx: torch.Tensor,
-                   s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+                   s: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
     """acc (R, N) int32, the products of both digits' rows (`hi`, `lo`: which rows, a slice or an index),
-    -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype`: sx (M, 1), s (N,) or (M, N) fp32."""
+    -> (acc[lo] / 254 + acc[hi]) * sx * s (M, N) in `dtype` (written into `out` where given): sx (M, 1), s (N,) or
+    (M, N) fp32."""
     pick = (lambda i: acc[i]) if isinstance(hi, slice) else (lambda i: acc.index_select(0, i))
     y = torch.div(pick(lo), 254).add_(pick(hi))  # (M, N) fp32 (int32 promotes): |acc| <= 127 * 127 * K, as .float()
-    return y.mul_(sx).mul_(s).to(dtype)
+    return _cast(y.mul_(sx).mul_(s), dtype, out)
+
+
+def _cast(y: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
+    """y in `dtype`: a new tensor, or written into `out` (the same rounding)."""
+    return y.to(dtype) if out is None else out.copy_(y)
 
 
 def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -95,10 +104,12 @@ def int8_linear_intmm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     depends on that row alone, bit for bit, at any row count; the bits of `int8_linear_intmm_ref`. One digit
     alone was faster but moved the logits (top-1 agreement 0.77 against 0.78)."""
     K, N = q.shape[-1], q.shape[0]
-    d = int8_digits(x)
-    M = d.rows
-    acc = torch._int_mm(d.codes.view(2 * M, K), q.T)  # (2M, N) int32, exact
-    y = combine_digits(acc, slice(0, M), slice(M, 2 * M), d.scale, s.float(), x.dtype)
+    with serial():  # the split and the scales on this thread alone, the product on the team (`llada.fast.team`)
+        d = int8_digits(x)
+        M = d.rows
+        with products():
+            acc = torch._int_mm(d.codes.view(2 * M, K), q.T)  # (2M, N) int32, exact
+        y = combine_digits(acc, slice(0, M), slice(M, 2 * M), d.scale, s.float(), x.dtype)
     return y.view(*x.shape[:-1], N)
 
 
@@ -120,17 +131,19 @@ def int8_linear_intmm_ref(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dig
     return y.mul_(sx).mul_(s.float()).to(x.dtype).view(*x.shape[:-1], N)
 
 
-def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
-                  s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def grouped_intmm(d: Digits, rows: torch.Tensor | None, sizes: list[int], experts: list[int], q: torch.Tensor,
+                  s: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
     """Several experts' products on one digit split: `int8_linear_intmm` of each expert's rows, the same bits
     (`int8_linear_intmm_ref(..., digits=1)`'s on a split of one digit).
 
-    d: the digits of M rows; rows (P,) which of them, sorted by expert: `sizes[j]` rows for expert
-    `experts[j]`, one after another; q (E, N, K) int8, s (E, N). -> (P, N) in `dtype`. The rows' digits are
-    gathered into one int8 buffer, each expert's hi rows then its lo rows (its block), one `torch._int_mm`
-    per block into one int32 buffer; the digits' sum and both scales for all P rows at once."""
+    d: the digits of M rows; rows (P,) which of them, sorted by expert (None: all M, in order): `sizes[j]` rows
+    for expert `experts[j]`, one after another; q (E, N, K) int8, s (E, N). -> (P, N) in `dtype` (written into
+    `out` where given). The rows' digits are gathered into one int8 buffer, each expert's hi rows then its lo
+    rows (its block), one `torch._int_mm` per block into one int32 buffer; the digits' sum and both scales for
+    all P rows at once."""
     if d.count == 1:
-        return _grouped_first_digit(d, rows, sizes, experts, q, s, dtype)
+        return _grouped_first_digit(d, rows, sizes, experts, q, s, dtype, out)
+    rows = torch.arange(d.rows, device=q.device) if rows is None else rows
     K, N, M, P = q.shape[-1], q.shape[-2], d.rows, rows.numel()
     dev = rows.device
     n = torch.tensor(sizes, device=dev)  # (G,) rows per block
@@ -142,29 +155,27 @@ def grouped_intmm(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list
     index[hi], index[lo] = rows, rows + M
     codes = d.codes.view(2 * M, K).index_select(0, index)  # (2P, K) int8, expert by expert
     acc = torch.empty(2 * P, N, dtype=torch.int32, device=dev)
-    at = 0
-    for e, size in zip(experts, sizes):
-        torch._int_mm(codes[at:at + 2 * size], q[e].T, out=acc[at:at + 2 * size])  # (2 size, N), exact
-        at += 2 * size
+    with products():
+        block = [2 * n for n in sizes]
+        for e, c, a in zip(experts, codes.split(block), acc.split(block)):
+            torch._int_mm(c, q[e].T, out=a)  # (2 size, N), exact
     scale = s.index_select(0, torch.tensor(experts, device=dev).repeat_interleave(n)).float()  # (P, N)
-    return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), scale, dtype)
+    return combine_digits(acc, hi, lo, d.scale.index_select(0, rows), scale, dtype, out)
 
 
-def _grouped_first_digit(d: Digits, rows: torch.Tensor, sizes: list[int], experts: list[int], q: torch.Tensor,
-                         s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`grouped_intmm` on a one-digit split: the rows' codes gathered expert by expert, one `torch._int_mm` per
-    expert into one int32 buffer, then the rows' scales for all P rows at once and each expert's on its block.
-    -> (P, N) in `dtype`."""
-    N, P = q.shape[-2], rows.numel()
-    codes = d.codes[0].index_select(0, rows)  # (P, K) int8, expert by expert
-    acc = torch.empty(P, N, dtype=torch.int32, device=rows.device)
-    at = 0
-    for e, size in zip(experts, sizes):
-        torch._int_mm(codes[at:at + size], q[e].T, out=acc[at:at + size])  # (size, N), exact
-        at += size
-    y = acc.float().mul_(d.scale.index_select(0, rows))  # (P, N) fp32
-    at = 0
-    for e, size in zip(experts, sizes):
-        y[at:at + size].mul_(s[e].float())  # the expert's row scales: the reference's order of products
-        at += size
-    return y.to(dtype)
+def _grouped_first_digit(d: Digits, rows: torch.Tensor | None, sizes: list[int], experts: list[int],
+                         q: torch.Tensor, s: torch.Tensor, dtype: torch.dtype,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """`grouped_intmm` on a one-digit split: the rows' codes gathered expert by expert (rows None: d's rows as
+    they are), one `torch._int_mm` per expert into one int32 buffer, then the rows' scales for all P rows at once
+    and each expert's on its block (the reference's order of products). -> (P, N) in `dtype`."""
+    codes = d.codes[0] if rows is None else d.codes[0].index_select(0, rows)  # (P, K) int8, expert by expert
+    sx = d.scale if rows is None else d.scale.index_select(0, rows)  # (P, 1) fp32
+    acc = torch.empty(codes.shape[0], q.shape[-2], dtype=torch.int32, device=q.device)  # (P, N)
+    with products():
+        for e, c, a in zip(experts, codes.split(sizes), acc.split(sizes)):
+            torch._int_mm(c, q[e].T, out=a)  # (size, N), exact
+    y = acc.float().mul_(sx)  # (P, N) fp32
+    for e, block in zip(experts, y.split(sizes)):
+        block.mul_(s[e].float())  # the expert's row scales
+    return _cast(y, dtype, out)

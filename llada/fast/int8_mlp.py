@@ -29,6 +29,7 @@ from ..model import Experts, LLaDA2MoE, MoE, SwiGLU
 from ..row_exact import project
 from .int8 import Int8Experts, Int8Linear, quantized_modules
 from .int8_digits import Digits, int8_digits
+from .team import products, serial
 
 
 class Int8SwiGLU(nn.Module):
@@ -41,17 +42,19 @@ class Int8SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor, digits: Digits | None = None) -> torch.Tensor:
         """x (..., H) -> (..., H); `digits`: x's split where the caller made it already."""
         qg, qu = self.gate_proj.weight, self.up_proj.weight  # (I, H) int8 each
-        d = int8_digits(x) if digits is None else digits
-        M, I = d.rows, qg.shape[0]
-        codes = d.codes.view(2 * M, -1)  # (2M, H): hi rows, then lo rows
-        acc = torch.empty(2, 2 * M, I, dtype=torch.int32, device=x.device)
-        torch._int_mm(codes, qg.T, out=acc[0])  # exact
-        torch._int_mm(codes, qu.T, out=acc[1])
-        y = torch.div(acc[:, M:], 254).add_(acc[:, :M])  # (2, M, I) fp32, as `combine_digits`
-        s = torch.stack([self.gate_proj.scale, self.up_proj.scale]).float()[:, None, :]  # (2, 1, I)
-        y = y.mul_(d.scale).mul_(s).to(x.dtype)
-        h = F.silu(y[0]) * y[1]  # (M, I)
-        return self.down_proj(h).view(*x.shape[:-1], -1)
+        with serial():  # the steps between products on this thread alone (`llada.fast.team`)
+            d = int8_digits(x) if digits is None else digits
+            M, I = d.rows, qg.shape[0]
+            codes = d.codes.view(2 * M, -1)  # (2M, H): hi rows, then lo rows
+            acc = torch.empty(2, 2 * M, I, dtype=torch.int32, device=x.device)
+            with products():
+                torch._int_mm(codes, qg.T, out=acc[0])  # exact
+                torch._int_mm(codes, qu.T, out=acc[1])
+            y = torch.div(acc[:, M:], 254).add_(acc[:, :M])  # (2, M, I) fp32, as `combine_digits`
+            s = torch.stack([self.gate_proj.scale, self.up_proj.scale]).float()[:, None, :]  # (2, 1, I)
+            y = y.mul_(d.scale).mul_(s).to(x.dtype)
+            h = F.silu(y[0]) * y[1]  # (M, I)
+            return self.down_proj(h).view(*x.shape[:-1], -1)
 
     def forward_ref(self, x: torch.Tensor, digits: Digits | None = None) -> torch.Tensor:
         """`SwiGLU.forward`: each child on its own (x split for gate and again for up); the same bits."""
@@ -73,13 +76,14 @@ class Int8MoE(MoE):
         """h (B, T, H) or (N, H) -> experts(h) + shared(h) [+ residual], shaped as h: `MoE.forward`'s sums."""
         H = h.shape[-1]
         flat = h if h.ndim == 2 else h.reshape(-1, H)  # (N, H)
-        ids, w = self.gate(flat)
-        d = int8_digits(flat)
-        out = self.experts(flat, ids, w, digits=d)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(flat, digits=d)
-        if residual is not None:
-            out = out + residual.reshape(-1, H)
+        with serial():  # the router and the steps between products on this thread alone (`llada.fast.team`)
+            ids, w = self.gate(flat)
+            d = int8_digits(flat)
+            out = self.experts(flat, ids, w, digits=d)
+            if self.shared_experts is not None:
+                out = out + self.shared_experts(flat, digits=d)
+            if residual is not None:
+                out = out + residual.reshape(-1, H)
         return out if h.ndim == 2 else out.view(h.shape)
 
     def forward_ref(self, h: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
