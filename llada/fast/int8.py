@@ -49,7 +49,7 @@ weights' own int8 rounding is the 0.130) and took int8 / default from 1.18-1.22 
 Threads. Between its products the int8 forward runs small steps (splits, scales, gathers), each one a
 parallel region of torch's OpenMP team when it has more than 32768 elements; with the team's threads sleeping
 between regions (`OMP_WAIT_POLICY=PASSIVE`), waking them costs more than the half of the work they take off
-(a (256, 1024) int32 -> fp32 scale: 117 us on 2 threads, 38 us on one). So the modules run those steps on the
+(a (256, 1024) int32 -> fp32 scale: 117 us on 2 threads, 39 us on one). So the modules run those steps on the
 calling thread alone and give the team back for the products (`llada.fast.team`: a setting of that thread
 only). On the LLaDA2.2 load replica int8 / default went from 1.00-1.05 wall (0.93-0.96 CPU) to 0.88-0.90
 (0.86-0.87), the two commits' benches run by turns (bench/results/int8-configs-2.2-7f50593-{2,3}.json,

@@ -4,8 +4,9 @@ torch's CPU ops split their work across an OpenMP team when they have more than 
 sets `OMP_WAIT_POLICY=PASSIVE` (`llada/__init__.py`): between parallel regions the team's other threads sleep,
 and each region wakes them. For an elementwise step of the int8 forward (a digit split, the scales of a
 (256, 1024) product, a gather) the wake costs more than the half of the work it takes off: on this machine's
-2 cores a (256, 1024) int32 -> fp32 multiply takes 117 us on the team and 38 us on one thread. The matrix
-products still gain from the team (`torch._int_mm` of 24 x 1024 by 1024 x 1024: ~170 us against ~230 us).
+2 cores a (256, 1024) int32 -> fp32 multiply takes 117 us on the team and 39 us on one thread. The matrix
+products still gain from the team (`torch._int_mm` of 24 x 1024 by 1024 x 1024: 127-133 us against 150 us;
+bench/results/omp-team-3c539dc.json).
 
     with serial():            this OS thread's steps run on one thread (its own OpenMP team size: 1)
         ...
