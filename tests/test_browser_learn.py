@@ -126,18 +126,20 @@ def test_play_pause_scrub_and_narrate(page, lessons):
     shot(page, "draft-step1")
     steps = draft.runs[0].steps
     page.wait_for_function(f"document.querySelector('#canvas-learn').dataset.step == '{steps}'", timeout=60_000)
-    assert "verified and final" in narration(page)
-    set_number(page, "learn-step", 1)  # scrub back
-    page.wait_for_selector('#canvas-learn[data-step="1"]', timeout=60_000)
-    page.wait_for_function(f"{NARRATION}.dataset.step == '1'", timeout=60_000)
-    assert narration(page).startswith("Step 1 (block 0):")
+    assert "verified and final" in narration(page)  # the last tick's frame: no event of this tab is in flight
 
+    # picked now, not after a scrub: a scrub's own event (it stops the timer) could land after the pick's
     pick(page, lessons["modes"])  # a lesson plays from step 0 when picked: pause holds it
     page.wait_for_function("Number(document.querySelector('#canvas-learn-b').dataset.step) >= 1", timeout=60_000)
     page.click("#learn-pause")
     held = settled_step(page, "canvas-learn-b")
     time.sleep(2 * learn.STEP_SECONDS + 0.2)  # two more ticks' time: nothing may move (a slow machine only waits)
     assert step_of(page, "canvas-learn-b") == held < lessons["modes"].steps
+
+    set_number(page, "learn-step", 1)  # scrub back
+    page.wait_for_selector('#canvas-learn[data-step="1"]', timeout=60_000)
+    page.wait_for_function(f"{NARRATION}.dataset.step == '1'", timeout=60_000)
+    assert narration(page).startswith("S · Step 1 (block 0):")  # the lesson's first run is S mode's
 
 
 def test_next_edit_shows_the_repair_and_the_mbe_edit(page, lessons):
