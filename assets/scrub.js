@@ -62,3 +62,28 @@ window.lladaScrub = window.lladaScrub || (function () {
 
   return { bind: bind, keep: keep, show: show };
 })();
+
+// A tab's replay stops and starts in the order they were made (ui/player.py `stops`, `starts`): a stop is in
+// flight from its sending until its answer is applied; a start waits until none is (or the oldest is 20 s old:
+// an answer that never came holds nothing for long).
+window.lladaOrder = window.lladaOrder || (function () {
+  const WAIT_MS = 20000;
+  const sent = [];  // when each stop in flight was sent (performance.now(), oldest first)
+
+  function clear() {
+    return new Promise((resolve) => {
+      (function check() {
+        while (sent.length && performance.now() - sent[0] > WAIT_MS) sent.shift();
+        if (sent.length) setTimeout(check, 25);
+        else resolve();
+      })();
+    });
+  }
+
+  return {
+    stop: () => { sent.push(performance.now()); },
+    landed: () => { sent.shift(); },
+    clear: clear,
+    inFlight: () => sent.length,
+  };
+})();

@@ -23,6 +23,27 @@ from llada.trace import Trace
 from .render import canvas
 
 
+# A tab's stops (scrub, pause, next edit) and starts (play, a lesson picked) are separate events, and a loaded
+# server may answer them in either order: a stop answered after a later play would stop that play. The page keeps
+# them in order (assets/scrub.js `lladaOrder`): a stop counts as in flight from its sending until its answer has
+# been applied, and a start is sent once no stop is in flight (a stop unanswered for 20 s no longer holds it).
+STOP_JS = "(...args) => { window.lladaOrder?.stop(); return args; }"
+STOP_LANDED_JS = "() => { window.lladaOrder?.landed(); }"
+START_JS = "async (...args) => { await window.lladaOrder?.clear(); return args; }"
+
+
+def stops(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
+    """`listener(fn, ...)` (say `pause.click`) wired as a stop: a later start waits for its answer."""
+    event = listener(fn, inputs, outputs, js=STOP_JS, **kwargs)
+    event.then(None, js=STOP_LANDED_JS)  # in the page only: after the answer's values are applied
+    return event
+
+
+def starts(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
+    """`listener(fn, ...)` (say `play.click`) wired as a start: sent once the stops before it are answered."""
+    return listener(fn, inputs, outputs, js=START_JS, **kwargs)
+
+
 def stopped() -> gr.Timer:
     """The timer's value that stops a replay."""
     return gr.Timer(active=False)

@@ -267,10 +267,11 @@ def wire(view: LessonView) -> None:
     on, private = functools.partial(_for, view.lessons), {**PRIVATE, **REPLAY}
     playing = [*view.shown, view.step, view.timer]  # what play, a tick and next edit set
     picked = [view.caption, view.column_b, view.step, view.stats, *view.shown, view.replay, view.timer]
-    view.run.change(on(pick), [view.run], picked, **private)
+    # a pick and play start a replay once the stops before them (scrub, pause, next edit) are answered
+    player.starts(view.run.change, on(pick), [view.run], picked, **private)
     view.run.input(None, js=SHOW_LESSON)  # a picked lesson plays where it can be seen (on a phone, below the list)
-    view.step.input(on(scrub), [view.run, view.step], view.timer, trigger_mode="always_last", **private)
-    view.play.click(on(play), [view.run, view.step], playing, **private)
-    view.pause.click(player.pause, None, view.timer, **private)
+    player.stops(view.step.input, on(scrub), [view.run, view.step], view.timer, trigger_mode="always_last", **private)
+    player.starts(view.play.click, on(play), [view.run, view.step], playing, **private)
+    player.stops(view.pause.click, player.pause, None, view.timer, **private)
     view.timer.tick(on(tick), [view.run, view.step], playing, **private)
-    view.next_edit.click(on(next_edit), [view.run, view.step], playing, **private)
+    player.stops(view.next_edit.click, on(next_edit), [view.run, view.step], playing, **private)

@@ -118,13 +118,14 @@ def _wire_replay(ctrl: Controls, shown: RunView, charts: RunCharts, trace) -> No
     # a finished run's steps are drawn by the browser as the scrubber moves (ui/render/live.py scrubber_script);
     # the server hears of it once the hand lets go (a live run's step is drawn then; a replay stops)
     at_step, playing = [trace, shown.step, ctrl.ghost], [shown.canvas, shown.step, shown.timer]
-    shown.step.release(replay.scrub, at_step, [shown.canvas, shown.timer], trigger_mode="always_last",
-                       **PRIVATE, **REPLAY)
+    # scrub, pause and next edit stop a replay; play is sent once their answers have landed (ui/player.py `stops`)
+    player.stops(shown.step.release, replay.scrub, at_step, [shown.canvas, shown.timer], trigger_mode="always_last",
+                 **PRIVATE, **REPLAY)
     ctrl.ghost.change(replay.show_step, at_step, [shown.canvas, shown.replay], **PRIVATE, **REPLAY)
-    shown.play.click(replay.start_play, [*at_step, shown.speed], playing, **PRIVATE, **REPLAY)
-    shown.pause.click(player.pause, None, shown.timer, **PRIVATE, **REPLAY)
+    player.starts(shown.play.click, replay.start_play, [*at_step, shown.speed], playing, **PRIVATE, **REPLAY)
+    player.stops(shown.pause.click, player.pause, None, shown.timer, **PRIVATE, **REPLAY)
     shown.timer.tick(replay.tick, at_step, playing, **PRIVATE, **REPLAY)
-    shown.next_edit.click(replay.jump_to_edit, at_step, playing, **PRIVATE, **REPLAY)
+    player.stops(shown.next_edit.click, replay.jump_to_edit, at_step, playing, **PRIVATE, **REPLAY)
     charts.export.click(replay.export_files, [trace], charts.files, **PRIVATE, **REPLAY)
 
 
