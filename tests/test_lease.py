@@ -1,7 +1,8 @@
 """`python -m llada.bench lease`: parts capped by the time left, failures recorded, a few small files back.
 
 The mechanics run on stand-in parts (a sleep, an exit status, a JSON of figures) in seconds; the dry run
-of the real engine plan on the CPU (Triton's interpreter, tiny shapes) is what CI runs of a lease.
+of the check plan on the CPU (Triton's interpreter, tiny shapes), the plan a lent GPU runs (issue #33), is what
+CI runs of a lease.
 """
 
 import json
@@ -84,8 +85,9 @@ def test_a_broken_stack_starts_nothing(tmp_path, monkeypatch):
 def test_dry_run_brings_back_few_small_files_within_budget(tmp_path):
     budget = 120
     start = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "llada.bench", "lease", "--dry-run", "--budget", str(budget),
-                          "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=budget + 60)
+    run = subprocess.run([sys.executable, "-m", "llada.bench", "lease", "--dry-run", "--plan", "check",
+                          "--budget", str(budget), "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=budget + 60)
     elapsed = time.monotonic() - start
     assert elapsed < budget + 15, run.stderr[-2000:]  # the interpreter's start-up aside, within budget
     files = list(tmp_path.iterdir())
@@ -94,7 +96,7 @@ def test_dry_run_brings_back_few_small_files_within_budget(tmp_path):
     assert summary["dry_run"] and summary["elapsed_s"] <= budget
     assert summary["preflight"]["ok"], summary["preflight"]
     names = [p["name"] for p in summary["parts"]]
-    assert names == ["preflight"] + [p.name for p in lease.engine_parts(tmp_path, True)]
+    assert names == ["preflight"] + [p.name for p in lease.check_plan(tmp_path, True)]
     assert all(p["status"] in ("ok", "failed", "timeout", "skipped") for p in summary["parts"])
     assert not [p for p in summary["parts"] if p["status"] == "failed"], run.stderr[-3000:]
     assert summary["parts"][1]["status"] == "ok"  # the self-check, first: it always fits

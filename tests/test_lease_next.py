@@ -158,8 +158,8 @@ def test_the_preflight_names_the_tuned_table_the_kernels_read():
 
 
 def test_the_check_dry_run_runs_the_engine_dry_runs_and_its_one_quick_test(tmp_path):
-    """The check plan on the CPU is the engine plan's dry-run steps (which `test_lease.py` runs as a whole
-    lease: budget, files, packing) plus its own tests part, run here: its one quick test passes."""
+    """The check plan on the CPU is the engine plan's dry-run steps plus its own tests part, run here: its one
+    quick test passes (`test_lease.py` runs the whole plan as a lease: budget, files, packing)."""
     parts = {p.name: p for p in lease.PLANS["check"](tmp_path, True)}
     engine = {p.name: p for p in lease.engine_parts(tmp_path, True)}
     for name in ("self-check", "forward-fp8", "forward-bf16"):
