@@ -48,8 +48,10 @@ window.lladaScrub = window.lladaScrub || (function () {
 
   function pressed(e) {
     const id = scrubberOf(e.target);
-    const pause = id && scrubbers[id].pause;
-    if (pause) requestAnimationFrame(() => setTimeout(() => document.getElementById(pause)?.click(), 0));
+    const button = id && scrubbers[id].pause && document.getElementById(scrubbers[id].pause);
+    if (!button) return;
+    window.lladaOrder?.press();  // held from now: the pause's own event is sent a frame or more later
+    requestAnimationFrame(() => setTimeout(() => button.click(), 0));
   }
 
   document.addEventListener("input", drawn, true);
@@ -65,25 +67,37 @@ window.lladaScrub = window.lladaScrub || (function () {
 
 // A tab's replay stops and starts in the order they were made (ui/player.py `stops`, `starts`): a stop is in
 // flight from its sending until its answer is applied; a start waits until none is (or the oldest is 20 s old:
-// an answer that never came holds nothing for long).
+// an answer that never came holds nothing for long). A press on a scrubber clicks its pause a frame later, and
+// Gradio runs an event's js a task after its trigger: the press is held from the moment it happens until its
+// pause's event is sent (`press`, then `stop(true)`), so a start made in between waits for that pause too.
 window.lladaOrder = window.lladaOrder || (function () {
   const WAIT_MS = 20000;
   const sent = [];  // when each stop in flight was sent (performance.now(), oldest first)
+  const pressed = [];  // when each press whose pause is not sent yet happened (oldest first)
+
+  function expire(list) {
+    while (list.length && performance.now() - list[0] > WAIT_MS) list.shift();
+  }
 
   function clear() {
     return new Promise((resolve) => {
       (function check() {
-        while (sent.length && performance.now() - sent[0] > WAIT_MS) sent.shift();
-        if (sent.length) setTimeout(check, 25);
+        expire(sent);
+        expire(pressed);
+        if (sent.length || pressed.length) setTimeout(check, 25);
         else resolve();
       })();
     });
   }
 
   return {
-    stop: () => { sent.push(performance.now()); },
+    press: () => { pressed.push(performance.now()); },
+    stop: (pause) => {
+      if (pause) pressed.shift();
+      sent.push(performance.now());
+    },
     landed: () => { sent.shift(); },
     clear: clear,
-    inFlight: () => sent.length,
+    inFlight: () => sent.length + pressed.length,
   };
 })();

@@ -6,7 +6,8 @@ would land after the play and stop it. The page sends a start only once the stop
 (ui/player.py `stops` / `starts`, assets/scrub.js `lladaOrder`), so in real Chromium:
 
 * Playground: scrubbed to step 1, then *play* at once: no step is drawn past 1 while the scrub is
-  unanswered, and the replay then plays to the run's last step;
+  unanswered or the press's pause unsent (the press clicks it a slow frame later), and the replay then
+  plays to the run's last step;
 * Learn: scrubbed, then another lesson picked at once: it plays (its second canvas moves on) once the scrub
   is answered, and not before.
 """
@@ -37,6 +38,15 @@ WATCH_JS = """([id, after]) => {
   };
   new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, attributes: true});
 }"""
+
+
+# the page's next keydown slows the first animation frame asked for after it (a loaded browser): the press on
+# the scrubber clicks its pause only then, after the late scrub has been answered
+SLOW_FRAME_MS = 5_000
+SLOW_PRESS_JS = """(ms) => window.addEventListener('keydown', () => {
+  const frame = window.requestAnimationFrame;
+  window.requestAnimationFrame = (next) => { window.requestAnimationFrame = frame; return setTimeout(next, ms); };
+}, {capture: true, once: true})"""
 
 
 ANSWERED: list[str] = []  # each late scrub answered, by its handler's name
@@ -76,7 +86,9 @@ def test_play_right_after_a_scrub_plays_once_the_scrub_is_answered(page):
     steps = int(page.get_attribute("#canvas", "data-steps"))
     assert steps > 2
     ANSWERED.clear()
-    set_number(page, "step", 1)  # typed: the scrub is sent when the box loses focus, as *play* is pressed
+    page.evaluate(SLOW_PRESS_JS, SLOW_FRAME_MS)
+    set_number(page, "step", 1)  # typed: the scrub is sent when the box loses focus, as *play* is pressed;
+    # its Enter is a press, whose pause is clicked SLOW_FRAME_MS later
     page.wait_for_selector('#canvas[data-step="1"]', timeout=WAIT)  # drawn by the browser at once
     page.evaluate(WATCH_JS, ["canvas", 1])
     page.click("#play")

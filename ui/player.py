@@ -28,13 +28,18 @@ from .render import canvas
 # them in order (assets/scrub.js `lladaOrder`): a stop counts as in flight from its sending until its answer has
 # been applied, and a start is sent once no stop is in flight (a stop unanswered for 20 s no longer holds it).
 STOP_JS = "(...args) => { window.lladaOrder?.stop(); return args; }"
+PAUSE_JS = "(...args) => { window.lladaOrder?.stop(true); return args; }"  # also sends a scrubber press's pause
 STOP_LANDED_JS = "() => { window.lladaOrder?.landed(); }"
 START_JS = "async (...args) => { await window.lladaOrder?.clear(); return args; }"
 
 
-def stops(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
-    """`listener(fn, ...)` (say `pause.click`) wired as a stop: a later start waits for its answer."""
-    event = listener(fn, inputs, outputs, js=STOP_JS, **kwargs)
+def stops(listener: Callable, fn: Callable, inputs, outputs, pause: bool = False, **kwargs):
+    """`listener(fn, ...)` (say `next_edit.click`) wired as a stop: a later start waits for its answer. `pause`:
+    the button a press on the scrubber clicks (assets/scrub.js); every click of it is sent, none dropped as a
+    repeat, since each press is held until its click's event is sent."""
+    if pause:
+        kwargs["trigger_mode"] = "multiple"
+    event = listener(fn, inputs, outputs, js=PAUSE_JS if pause else STOP_JS, **kwargs)
     event.then(None, js=STOP_LANDED_JS)  # in the page only: after the answer's values are applied
     return event
 
