@@ -4,8 +4,9 @@ The app runs a tiny 2.2 replica in the real format (`python -m llada.weights.rep
 --version 2.2`), passed as `--model DIR` would pass it, its model nudged (tests/model22.py) to write DELETE
 at one position and SPLIT at another of the first decoded block wherever a token stands there. Seen in the page:
 
-* while its replay plays (the server draws each step), a struck-out token (`.gone`) and an inserted mask
-  (`data-state="insert"`) are drawn (a live run's frames may skip the steps that moved: it is not required);
+* while its replay plays (the server draws each step, from the step before the first move), a struck-out
+  token (`.gone`) and an inserted mask (`data-state="insert"`) are drawn (a live run's frames may skip the
+  steps that moved: it is not required);
 * scrubbed step by step from 0 to the end, the browser's canvas is the server's last frame;
 * scrubbed to a step that deleted, the struck-out token's gap closes (its width shrinks) and the text after
   it reads as the server draws that step; at a step that inserted, the mask's gap opens;
@@ -129,10 +130,11 @@ def test_a_22_run_draws_its_deletes_and_inserts(browser, app_url, viewport, them
     assert low == {}, f"{theme} theme on a {viewport}: text under {AA}:1: {low}"
 
     stage(page, "replay")
-    page.evaluate(SCRUB_JS, 0)
+    first = min(deleting + inserting)  # played from the step before the first move to the first of each kind
+    page.evaluate(SCRUB_JS, first - 1)
     page.click("#play")
-    page.wait_for_function(f"Number(document.querySelector('#canvas').dataset.step) >= {max(deleting + inserting)}",
-                           timeout=WAIT)
+    page.wait_for_function(f"Number(document.querySelector('#canvas').dataset.step) >= "
+                           f"{max(deleting[0], inserting[0])}", timeout=WAIT)
     seen = page.evaluate("window.movesSeen")
     print(viewport, theme, steps, "steps; deleting at", deleting, "inserting at", inserting, "drawn:", seen)
     assert seen.get("replay") == {"delete": True, "insert": True}, seen

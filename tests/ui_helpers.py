@@ -13,7 +13,9 @@ prompt of 3 tokens, block length 4, gen_length 5 -> 8 positions, blocks 0 and 1,
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
 from contextlib import closing
 
 from llada.config import DecodeConfig
@@ -52,6 +54,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class StderrOfTheMoment(logging.StreamHandler):
+    """A handler writing to `sys.stderr` as it is when a record comes: pytest swaps it per test, so a server's
+    error lands in the report of the test that met it (the stream uvicorn's handler keeps is closed by then)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def report_server_errors() -> None:
+    """Route the web server's error log (an exception in a request) to the current test's captured stderr."""
+    for name in ("uvicorn", "uvicorn.access"):  # uvicorn.error propagates to "uvicorn"
+        logging.getLogger(name).handlers = [StderrOfTheMoment()]
+
+
 def serve(demo, tries: int = 5) -> str:
     """Launch `demo` in this process, queued as the app queues it, on a free local port; returns its URL.
 
@@ -64,6 +85,7 @@ def serve(demo, tries: int = 5) -> str:
         try:
             demo.queue(max_size=16, default_concurrency_limit=8).launch(
                 server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **LOOK)
+            report_server_errors()  # each launch configures uvicorn's logging anew
             return f"http://127.0.0.1:{port}/"
         except OSError:
             if attempt == tries - 1:
