@@ -69,11 +69,14 @@ window.lladaScrub = window.lladaScrub || (function () {
 // flight from its sending until its answer is applied; a start waits until none is (or the oldest is 20 s old:
 // an answer that never came holds nothing for long). A press on a scrubber clicks its pause a frame later, and
 // Gradio runs an event's js a task after its trigger: the press is held from the moment it happens until its
-// pause's event is sent (`press`, then `stop(true)`), so a start made in between waits for that pause too.
+// pause's event is sent (`press`, then `stop(true)`), so a start made in between waits for that pause too. A
+// replay's tick in flight is counted too (`tick`, `ticked`): its answer, landing after a start's, would draw
+// its step over the start's.
 window.lladaOrder = window.lladaOrder || (function () {
   const WAIT_MS = 20000;
   const sent = [];  // when each stop in flight was sent (performance.now(), oldest first)
   const pressed = [];  // when each press whose pause is not sent yet happened (oldest first)
+  const ticks = [];  // when each tick of a replay in flight was sent: its answer draws a step (oldest first)
 
   function expire(list) {
     while (list.length && performance.now() - list[0] > WAIT_MS) list.shift();
@@ -82,9 +85,8 @@ window.lladaOrder = window.lladaOrder || (function () {
   function clear() {
     return new Promise((resolve) => {
       (function check() {
-        expire(sent);
-        expire(pressed);
-        if (sent.length || pressed.length) setTimeout(check, 25);
+        [sent, pressed, ticks].forEach(expire);
+        if (sent.length || pressed.length || ticks.length) setTimeout(check, 25);
         else resolve();
       })();
     });
@@ -97,7 +99,10 @@ window.lladaOrder = window.lladaOrder || (function () {
       sent.push(performance.now());
     },
     landed: () => { sent.shift(); },
+    tick: () => { ticks.push(performance.now()); },
+    ticked: () => { ticks.shift(); },
     clear: clear,
-    inFlight: () => sent.length + pressed.length,
+    inFlight: () => sent.length + pressed.length,  // stops sent or pressed, not yet answered
+    busy: () => sent.length + pressed.length + ticks.length,  // and ticks: once none, nothing is on its way
   };
 })();

@@ -28,3 +28,16 @@ if MISSING and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     pytest.fail(f"the browser test cannot run under CI: {MISSING}", pytrace=False)
 if MISSING:
     pytest.skip(MISSING, allow_module_level=True)
+
+# two frames and a task later: an event's js (assets/scrub.js `lladaOrder`) runs a task after its trigger
+SETTLED_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))))"
+QUIET_JS = "() => window.lladaOrder.busy() === 0"
+
+
+def quiet(page, timeout: float = 120_000) -> None:
+    """Wait until no stop, press or replay tick is on its way in the page (ui/player.py): after a pause, the
+    pause answered and the ticks sent before it drawn. Checked again a frame and a task later, since a click
+    just made counts its event from then."""
+    page.wait_for_function(QUIET_JS, timeout=timeout)
+    page.evaluate(SETTLED_JS)
+    page.wait_for_function(QUIET_JS, timeout=timeout)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
+from chromium import ARTIFACTS, VIEWPORTS, quiet  # skips or fails without Chromium
 from test_browser import set_number
 from ui.learn import lessons as recorded, view as learn
 from ui_helpers import launch_app
@@ -83,16 +83,9 @@ def pick(page, rec: recorded.Recording) -> None:
 
 
 def settled_step(page, elem_id: str = "canvas-learn") -> int:
-    """The canvas's step once it has stood still for a tick's time (a tick already on its way lands first)."""
-    deadline = time.monotonic() + 120  # a loaded machine may deliver a late tick slowly, never this slowly
-    last, since = step_of(page, elem_id), time.monotonic()
-    while time.monotonic() - since < learn.STEP_SECONDS + 0.3:
-        assert time.monotonic() < deadline, f"#{elem_id} kept moving after pause"
-        page.wait_for_timeout(100)
-        now = step_of(page, elem_id)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
+    """The canvas's step once nothing is on its way (the pause answered, a tick sent before it drawn)."""
+    quiet(page)
+    return step_of(page, elem_id)
 
 
 def first_step(trace, state: str) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chromium import ARTIFACTS, VIEWPORTS  # skips or fails without Chromium
+from chromium import ARTIFACTS, VIEWPORTS, quiet  # skips or fails without Chromium
 from ui_helpers import shipped_app
 
 WAIT = 90_000  # ms: a state is awaited this long at most (a loaded machine is slow, never this slow)
@@ -125,7 +125,7 @@ def test_a_press_on_the_scrubber_pauses_a_slow_replay(browser, app_url):
     page.wait_for_function("Number(document.querySelector('#canvas').dataset.step) >= 2", timeout=WAIT)
     assert step_of(page) < steps  # ... and walks on
     page.evaluate(SCRUB_NOW_JS, 1)  # a hand on the scrubber pauses it (a step already asked for may land)
-    page.wait_for_timeout(1500)
+    quiet(page)  # the press's pause answered, and the ticks sent before it drawn
     held = step_of(page)
     page.wait_for_timeout(2500)  # several steps of the replay's pace
     # held still (how many asked-for steps landed before the press depends on the machine's load)

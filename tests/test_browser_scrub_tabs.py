@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from chromium import VIEWPORTS  # skips or fails without Chromium
+from chromium import SETTLED_JS, VIEWPORTS  # skips or fails without Chromium
 from ui.learn import lessons as recorded, view as learn
 from ui.render import canvas
 from ui_helpers import launch_app
@@ -55,8 +55,6 @@ NARRATION_PARTS_JS = """
   return [parts(document.querySelector('#learn-narration .narration')), parts(box.content.firstElementChild)];
 }
 """
-# two frames and a task later (a request asked for with one already held is held by then too)
-SETTLED_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))))"
 
 
 @pytest.fixture(scope="module")

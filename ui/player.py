@@ -31,6 +31,8 @@ STOP_JS = "(...args) => { window.lladaOrder?.stop(); return args; }"
 PAUSE_JS = "(...args) => { window.lladaOrder?.stop(true); return args; }"  # also sends a scrubber press's pause
 STOP_LANDED_JS = "() => { window.lladaOrder?.landed(); }"
 START_JS = "async (...args) => { await window.lladaOrder?.clear(); return args; }"
+TICK_JS = "(...args) => { window.lladaOrder?.tick(); return args; }"  # a tick draws a step: a start waits for it
+TICKED_JS = "() => { window.lladaOrder?.ticked(); }"
 
 
 def stops(listener: Callable, fn: Callable, inputs, outputs, pause: bool = False, **kwargs):
@@ -47,6 +49,14 @@ def stops(listener: Callable, fn: Callable, inputs, outputs, pause: bool = False
 def starts(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
     """`listener(fn, ...)` (say `play.click`) wired as a start: sent once the stops before it are answered."""
     return listener(fn, inputs, outputs, js=START_JS, **kwargs)
+
+
+def ticks(timer: gr.Timer, fn: Callable, inputs, outputs, **kwargs):
+    """`timer.tick(fn, ...)` counted in flight in the page until its answer is applied: a start waits for it,
+    since a tick answered after the start would draw its step over the start's."""
+    event = timer.tick(fn, inputs, outputs, js=TICK_JS, **kwargs)
+    event.then(None, js=TICKED_JS)
+    return event
 
 
 def stopped() -> gr.Timer:

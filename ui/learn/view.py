@@ -273,5 +273,5 @@ def wire(view: LessonView) -> None:
     player.stops(view.step.input, on(scrub), [view.run, view.step], view.timer, trigger_mode="always_last", **private)
     player.starts(view.play.click, on(play), [view.run, view.step], playing, **private)
     player.stops(view.pause.click, player.pause, None, view.timer, **private)
-    view.timer.tick(on(tick), [view.run, view.step], playing, **private)
+    player.ticks(view.timer, on(tick), [view.run, view.step], playing, **private)
     player.stops(view.next_edit.click, on(next_edit), [view.run, view.step], playing, **private)

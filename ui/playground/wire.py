@@ -124,7 +124,7 @@ def _wire_replay(ctrl: Controls, shown: RunView, charts: RunCharts, trace) -> No
     ctrl.ghost.change(replay.show_step, at_step, [shown.canvas, shown.replay], **PRIVATE, **REPLAY)
     player.starts(shown.play.click, replay.start_play, [*at_step, shown.speed], playing, **PRIVATE, **REPLAY)
     player.stops(shown.pause.click, player.pause, None, shown.timer, pause=True, **PRIVATE, **REPLAY)
-    shown.timer.tick(replay.tick, at_step, playing, **PRIVATE, **REPLAY)
+    player.ticks(shown.timer, replay.tick, at_step, playing, **PRIVATE, **REPLAY)
     player.stops(shown.next_edit.click, replay.jump_to_edit, at_step, playing, **PRIVATE, **REPLAY)
     charts.export.click(replay.export_files, [trace], charts.files, **PRIVATE, **REPLAY)
 
