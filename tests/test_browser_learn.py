@@ -21,6 +21,18 @@ from ui.learn import lessons as recorded, view as learn
 from ui_helpers import launch_app
 
 NARRATION = "document.querySelector('#learn-narration .narration')"
+# window.seenAt: the narration's current lines and the canvas's draft tokens when both first show step k
+SEEN_AT_JS = """(k) => {
+  window.seenAt = null;
+  const look = () => {
+    const c = document.querySelector('#canvas-learn'), n = document.querySelector('#learn-narration .narration');
+    if (window.seenAt !== null || !c || !n || Number(c.dataset.step) !== k || Number(n.dataset.step) !== k) return;
+    window.seenAt = {narration: n.querySelector('.now').innerText,
+                     drafts: c.querySelectorAll('.tok[data-state="draft"]').length};
+  };
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, attributes: true,
+                                                     characterData: true});
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +124,12 @@ def test_play_pause_scrub_and_narrate(page, lessons):
     assert page.locator("#learn-run label").count() == len(lessons) == 7
     page.locator("#learn-narration").scroll_into_view_if_needed()
     shot(page, "first")
+    page.evaluate(SEEN_AT_JS, 1)  # step 1 is on screen for one tick: the page notes what it shows then
     page.click("#learn-play")
-    page.wait_for_function("document.querySelector('#canvas-learn').dataset.step == '1'", timeout=60_000)
-    assert narration(page).startswith("Step 1 (block 0):") and "drafted together" in narration(page)
-    assert page.locator('#canvas-learn .tok[data-state="draft"]').count() >= 3
+    page.wait_for_function("window.seenAt !== null", timeout=60_000)
+    seen = page.evaluate("window.seenAt")
+    assert seen["narration"].startswith("Step 1 (block 0):") and "drafted together" in seen["narration"]
+    assert seen["drafts"] >= 3
     shot(page, "draft-step1")
     steps = draft.runs[0].steps
     page.wait_for_function(f"document.querySelector('#canvas-learn').dataset.step == '{steps}'", timeout=60_000)
