@@ -41,9 +41,7 @@ def stops(listener: Callable, fn: Callable, inputs, outputs, pause: bool = False
     repeat, since each press is held until its click's event is sent."""
     if pause:
         kwargs["trigger_mode"] = "multiple"
-    event = listener(fn, inputs, outputs, js=PAUSE_JS if pause else STOP_JS, **kwargs)
-    event.then(None, js=STOP_LANDED_JS)  # in the page only: after the answer's values are applied
-    return event
+    return _counted(listener, fn, inputs, outputs, PAUSE_JS if pause else STOP_JS, STOP_LANDED_JS, **kwargs)
 
 
 def starts(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
@@ -54,8 +52,14 @@ def starts(listener: Callable, fn: Callable, inputs, outputs, **kwargs):
 def ticks(timer: gr.Timer, fn: Callable, inputs, outputs, **kwargs):
     """`timer.tick(fn, ...)` counted in flight in the page until its answer is applied: a start waits for it,
     since a tick answered after the start would draw its step over the start's."""
-    event = timer.tick(fn, inputs, outputs, js=TICK_JS, **kwargs)
-    event.then(None, js=TICKED_JS)
+    return _counted(timer.tick, fn, inputs, outputs, TICK_JS, TICKED_JS, **kwargs)
+
+
+def _counted(listener: Callable, fn: Callable, inputs, outputs, sent_js: str, landed_js: str, **kwargs):
+    """`listener(fn, ...)` running `sent_js` in the page as it is sent and `landed_js` once its answer's values
+    are applied (a js-only `.then`: no server round trip)."""
+    event = listener(fn, inputs, outputs, js=sent_js, **kwargs)
+    event.then(None, js=landed_js)
     return event
 
 
