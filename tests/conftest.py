@@ -60,7 +60,23 @@ SLOW = {  # file, or file::test -> why it takes long (tens of seconds or more on
     "test_reliability.py": "the app under many and concurrent sessions",
     "test_zerogpu.py": "the Space's app started in a fresh process",
     "test_lease.py::test_dry_run_brings_back_few_small_files_within_budget": "the lease's dry run: two minutes",
+    "test_kernels_router_split.py": "Triton kernels run by the CPU interpreter",
 }
+RANKS = "ranks started by torchrun: each a fresh process that imports torch and loads a model"
+SLOW |= dict.fromkeys((
+    "test_dist.py::test_two_ranks_in_float64_decode_as_one_process",
+    "test_dist.py::test_two_ranks_in_float64_decode_the_replicas_as_one_process",
+    "test_dist.py::test_a_world_size_that_does_not_divide_the_experts_is_one_error",
+    "test_dist.py::test_ranks_agree_on_errors_and_take_rank_0s_decisions",
+    "test_dist.py::test_a_checkpoint_only_one_rank_cannot_read_stops_every_rank",
+    "test_dist_app.py",
+    "test_dist_eval.py::test_two_ranks_write_the_report_of_one_process",
+    "test_dist_eval.py::test_two_ranks_write_the_rows_of_one_process_in_the_problems_order",
+    "test_dist_eval.py::test_two_ranks_measure_the_sweep_of_one_process",
+    "test_dist_lost.py::test_a_rank_that_dies_mid_run_ends_every_rank_with_a_clear_error",
+    "test_dist_quantized.py::test_two_ranks_decode_quantized_models_as_one_process",
+    "test_dist_serve.py::test_rank_0_decodes_alone_while_rank_1_serves_its_experts",
+), RANKS)
 GPU_REASON = "needs a CUDA GPU"
 # files started first, in this order (pytest.ini hands whole files to its workers, in collection order, with
 # `--no-loadscope-reorder`): the longest first, so that none of them starts last and keeps the run going alone

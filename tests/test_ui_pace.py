@@ -27,30 +27,41 @@ from ui.settings import check_request
 GIB = 2**30
 PROMPT = "def add(a, b):"
 LAYER_DELAY_S = 0.1  # injected into each layer's FFN: the tiny model's forward takes at least layers x this
+BUDGET_DELAY_S = 0.01  # the budget tests count forwards, and need only a pace above SLOW.from_seconds: a small floor
 WAIT_S = 120.0  # generous bound on any state a test waits for
 
 
-@pytest.fixture
-def slow_models(tiny_model_dir, monkeypatch) -> m.Models:
-    """The tiny model, each forward slowed by LAYER_DELAY_S per layer; slow from 0.05 s per forward on."""
-    models = m.Models([str(tiny_model_dir)])
+def _slowed(model_dir, monkeypatch, delay: float) -> m.Models:
+    """The tiny model, each forward slowed by `delay` per layer; slow from half of that per forward on."""
+    models = m.Models([str(model_dir)])
     pipe = models.get(None)
     for layer in pipe.model.layers:
         plain = layer.mlp.forward
 
         def delayed(*args, _plain=plain, **kwargs):
-            time.sleep(LAYER_DELAY_S)
+            time.sleep(delay)
             return _plain(*args, **kwargs)
 
         monkeypatch.setattr(layer.mlp, "forward", delayed)
-    monkeypatch.setattr(pace, "SLOW", SlowBudget(from_seconds=0.05, forwards=64, most_seconds=3600.0))
+    monkeypatch.setattr(pace, "SLOW", SlowBudget(from_seconds=delay / 2, forwards=64, most_seconds=3600.0))
     monkeypatch.setattr(pace, "MARGIN", 100.0)  # the tests bound runs by forwards, not by this machine's speed
     return models
 
 
 @pytest.fixture
-def slow(slow_models):
-    return slow_models.get(None)
+def slow_models(tiny_model_dir, monkeypatch) -> m.Models:
+    """Forwards slow enough (LAYER_DELAY_S a layer) that progress lines arrive while one runs."""
+    return _slowed(tiny_model_dir, monkeypatch, LAYER_DELAY_S)
+
+
+@pytest.fixture
+def slow(tiny_model_dir, monkeypatch):
+    """A model whose measured pace makes it slow (BUDGET_DELAY_S a layer), for the budget's forward counts."""
+    return _slowed(tiny_model_dir, monkeypatch, BUDGET_DELAY_S).get(None)
+
+
+def _slow_rule(forwards: int, most_seconds: float = 3600.0) -> SlowBudget:
+    return SlowBudget(from_seconds=BUDGET_DELAY_S / 2, forwards=forwards, most_seconds=most_seconds)
 
 
 def _request(pipe, gen_length=8):
@@ -86,10 +97,10 @@ def test_the_forward_budget_lets_a_run_of_n_forwards_finish_and_stops_one_more(s
     n = forwards_needed(slow, req)
     assert n > 1
     base = Budget(forwards=1024, seconds=0.0)  # in seconds alone, no slow run gets past its first forward
-    monkeypatch.setattr(pace, "SLOW", SlowBudget(from_seconds=0.05, forwards=n, most_seconds=3600.0))
+    monkeypatch.setattr(pace, "SLOW", _slow_rule(n))
     done = drain(start(slow, req, base))
     assert done.status == "done" and done.forwards == n, done.note
-    monkeypatch.setattr(pace, "SLOW", SlowBudget(from_seconds=0.05, forwards=n - 1, most_seconds=3600.0))
+    monkeypatch.setattr(pace, "SLOW", _slow_rule(n - 1))
     cut = drain(start(slow, req, base))
     assert cut.status == "stopped" and cut.forwards == n - 1
     assert cut.note == f"budget reached: {n - 1} forwards (at most {n - 1} per run)"
@@ -97,7 +108,7 @@ def test_the_forward_budget_lets_a_run_of_n_forwards_finish_and_stops_one_more(s
 
 def test_a_slow_run_is_still_bounded_in_time(slow, monkeypatch):
     """most_seconds caps a slow model's run however many forwards it may have."""
-    monkeypatch.setattr(pace, "SLOW", SlowBudget(from_seconds=0.05, forwards=64, most_seconds=0.01))
+    monkeypatch.setattr(pace, "SLOW", _slow_rule(64, most_seconds=0.01))
     trace = drain(start(slow, _request(slow, 32), Budget(forwards=1024, seconds=0.0)))
     assert trace.status == "stopped" and trace.forwards == 1
     assert trace.note == "budget reached: 0.01 s of wall time per request"
