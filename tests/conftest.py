@@ -3,9 +3,11 @@
 Sizes are odd on purpose (vocab from a small BPE, hidden 48, 3 heads) so that shape bugs fail loudly.
 Real LLaDA2.1-mini: hidden 2048, 20 layers, 256 experts top-8.
 
-Markers (pytest.ini), given here by file: `browser` (drives Chromium), `slow` (a file that takes a minute or
-more on 2 shared cores: soaks, training runs, HumanEval, sweeps through the app), `gpu` (needs CUDA: skipped
-without it). The loop while editing is `python -m pytest -m "not browser and not slow"`.
+Markers (pytest.ini), given here by file or test: `browser` (drives Chromium), `slow` (tens of seconds or more
+on 2 shared cores: soaks, training runs, HumanEval, interpreted kernels, ranks under torchrun, sweeps through the
+app), `gpu` (needs CUDA: skipped without it). The loop while editing is
+`python -m pytest -m "not browser and not slow"` (under two minutes here, `fast_lane` in
+bench/results/test-walls-8bb8efe.json).
 """
 
 from __future__ import annotations
