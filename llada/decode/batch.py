@@ -19,12 +19,16 @@ it (Gradio steps its generators from a pool of threads). So the mode is entered 
 forward, the decisions, their writes), and never held across a `yield`: a run can be stepped from any thread,
 and every step of it runs in inference mode. Timing: a record's `seconds` is the engine time of its round up
 to the record (the shared forward, then the rule of the rows before it), the consumer's time excluded.
+
+On the CPU a round whose forward is small (`llada.fast.team.alone_for`: the model's size times the round's
+tokens) runs its forward and decisions on the calling thread alone, whatever the process's thread count.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -32,6 +36,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..decide import Window, WindowUpdate, decide
+from ..fast.team import alone, alone_for
 from ..loop import ForwardAsk, Loop, Run, loop, resolve_forward
 from ..model import LLaDA2MoE
 from ..trace import Poke, StepRecord
@@ -166,10 +171,12 @@ class BatchDecoder:
             self.drop(row.index)  # its budget allows no other forward: stopped before computing one
         if self.active:
             runs, asks = [row.run for row in self.active], [row.ask for row in self.active]
-            logits = run_forwards(runs, asks, self.memo)
-            ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
-            answers = answer_forwards(runs, asks, logits) if ranks is None else \
-                ranks.decided(lambda: answer_forwards(runs, asks, logits))
+            # a small forward runs on this thread alone: a second one costs more wake-ups than it saves
+            with alone() if alone_for(self.model, sum(ask.hi - ask.lo for ask in asks)) else nullcontext():
+                logits = run_forwards(runs, asks, self.memo)
+                ranks = getattr(self.model, "ranks", None)  # experts split across ranks: rank 0 decides for all
+                answers = answer_forwards(runs, asks, logits) if ranks is None else \
+                    ranks.decided(lambda: answer_forwards(runs, asks, logits))
             for row, answer in zip(list(self.active), answers):
                 row.ask = None
                 row.forwards += 1

@@ -18,12 +18,21 @@ thread's own copy of it; torch reads it back through `omp_get_max_threads`): dec
 do not see each other's. `torch.set_num_threads` is not used: it also writes a process-wide default that
 threads starting in the meantime would take. Where torch runs on another threading library (no libgomp beside
 it), both contexts do nothing.
+
+    with alone():             this OS thread's ops, MKL's products included, on one thread
+
+A whole forward of a small model runs `alone` (`alone_for`, used by the decode loop's rounds): its ops are too
+small for a second thread to pay for the wake-ups. MKL keeps its own count beside OpenMP's, set per thread by
+`MKL_Set_Num_Threads_Local` (0 gives the process's back). Measured on 2 cores, one run at a time (S, gen 128,
+the 5.8 M embedded model): 73 tokens/s on the team, 167 alone; a forward of an 86.5 M model over 32 tokens
+still gains a little alone, 32 rows of the embedded model's blocks no longer do (bench/results/team-alone-*.json).
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from functools import cache
 from pathlib import Path
 
@@ -81,3 +90,49 @@ class products:
         gomp = _libgomp()
         if gomp is not None:
             gomp.omp_set_num_threads(self.kept)
+
+
+ALONE_BELOW = 4e9  # a CPU forward of fewer parameters x tokens than this runs alone (measurements above)
+_sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its parameters and buffers, counted once
+
+
+@cache
+def _mkl_local():
+    """MKL's per-thread count setter in torch's library (`MKL_Set_Num_Threads_Local`: returns the thread's
+    previous count, 0 meaning the process's), or None where torch has no MKL."""
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)
+    if setter is not None:
+        setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
+    return setter
+
+
+class alone:
+    """`with alone():` this OS thread's torch ops run on one thread, MKL's products too; both counts are given
+    back at the exit. Other threads keep theirs."""
+
+    __slots__ = ("kept", "mkl")
+
+    def __enter__(self) -> None:
+        gomp, mkl = _libgomp(), _mkl_local()
+        self.kept = gomp.omp_get_max_threads() if gomp is not None else None
+        if gomp is not None:
+            gomp.omp_set_num_threads(1)
+        self.mkl = mkl(1) if mkl is not None else None
+
+    def __exit__(self, *exc) -> None:
+        if self.mkl is not None:
+            _mkl_local()(self.mkl)
+        if self.kept is not None:
+            _libgomp().omp_set_num_threads(self.kept)
+
+
+def alone_for(model: torch.nn.Module, tokens: int) -> bool:
+    """Should a forward of `model` over `tokens` tokens run `alone`? On the CPU, below ALONE_BELOW parameters x
+    tokens (an int8 model's weights are buffers: counted too)."""
+    if next(model.parameters()).device.type != "cpu":
+        return False
+    size = _sizes.get(model)
+    if size is None:
+        size = _sizes[model] = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    return size * tokens < ALONE_BELOW
