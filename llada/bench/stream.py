@@ -2,7 +2,8 @@
 
 Each of `--n` held-out functions of the installed Python source (the evaluation's code track, the same
 items for the same seed) is decoded alone, in one mode (default S) at `--gen-length` (default 128), KV
-cache on, EOS early stop, greedy, on `--threads` CPU threads. A run's tokens/s = its output tokens / its
+cache on, EOS early stop, greedy, on `--threads` CPU threads (a small model's decode forwards run on one,
+`llada.fast.team.alone_for`, as in the playground: the report says so). A run's tokens/s = its output tokens / its
 wall time (prefill included); the report keeps every run, the median and the aggregate (all tokens / all
 seconds), TPF, and the machine's load average before and after.
 
@@ -56,6 +57,7 @@ def time_runs(pipe, prompts: list[list[int]], cfg) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     from ..eval.codetrack import held_out_items
+    from ..fast.team import alone_for
     from ..pipeline import Pipeline
 
     args = parse(argv)
@@ -72,12 +74,14 @@ def main(argv: list[str]) -> int:
     report = device_info(device) | {
         "bench": "stream", "model": str(args.model), "mode": args.mode, "settings": cfg.to_dict(),
         "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "decode_forwards_alone": alone_for(pipe.model, cfg.block_length),  # on one thread whatever `threads` says
         "runs": runs, "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
         "aggregate_tokens_per_s": round(tokens / seconds, 2),
         "tpf": round(tokens / sum(r["forwards"] for r in runs), 3),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     out = write_report(report, args.out, f"bench/results/stream-{device.type}.json")
+    alone = " (each decode forward alone on one)" if report["decode_forwards_alone"] else ""
     print(f"{args.mode} at gen_length {args.gen_length}, {len(runs)} runs one at a time on {report['threads']} "
-          f"thread(s): median {report['median_tokens_per_s']:.1f} tokens/s, aggregate "
+          f"thread(s){alone}: median {report['median_tokens_per_s']:.1f} tokens/s, aggregate "
           f"{report['aggregate_tokens_per_s']:.1f}, TPF {report['tpf']:.2f}; wrote {out}")
     return 0
