@@ -24,8 +24,9 @@ it), both contexts do nothing.
 A whole forward of a small model runs `alone` (`alone_for`, used by the decode loop's rounds): its ops are too
 small for a second thread to pay for the wake-ups. MKL keeps its own count beside OpenMP's, set per thread by
 `MKL_Set_Num_Threads_Local` (0 gives the process's back). Measured on 2 cores, one run at a time (S, gen 128,
-the 5.8 M embedded model): 73 tokens/s on the team, 167 alone; a forward of an 86.5 M model over 32 tokens
-still gains a little alone, 32 rows of the embedded model's blocks no longer do (bench/results/team-alone-*.json).
+the 5.8 M embedded model): a median of 64 tokens/s on the team, 140 alone; a forward of an 86.5 M model over
+32 tokens still gains a little alone, 32 rows of the embedded model's blocks no longer do
+(bench/results/team-alone-9d77643.json).
 """
 
 from __future__ import annotations
