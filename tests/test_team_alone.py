@@ -58,6 +58,7 @@ def test_small_forwards_run_alone_and_large_ones_on_the_team(pipe):
     assert alone_for(pipe.model, 32)
     most = int(team.ALONE_BELOW // size)  # the largest token count still alone
     assert alone_for(pipe.model, most) and not alone_for(pipe.model, most + 1)
+    assert not alone_for(torch.nn.Linear(4, 4, device="meta"), 1)  # off the CPU: the device's own way
 
 
 def _counts_in_forwards(pipe, monkeypatch) -> list[tuple[int, int]]:

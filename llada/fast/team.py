@@ -94,15 +94,18 @@ class products:
 
 
 ALONE_BELOW = 4e9  # a CPU forward of fewer parameters x tokens than this runs alone (measurements above)
-_sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its parameters and buffers, counted once
+_sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its tensors' elements, counted once
 
 
 @cache
 def _mkl_local():
     """MKL's per-thread count setter in torch's library (`MKL_Set_Num_Threads_Local`: returns the thread's
     previous count, 0 meaning the process's), or None where torch has no MKL."""
-    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-    setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)
+    path = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"  # Linux; elsewhere MKL keeps the process's
+    try:
+        setter = getattr(ctypes.CDLL(str(path)), "MKL_Set_Num_Threads_Local", None) if path.exists() else None
+    except OSError:
+        return None
     if setter is not None:
         setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
     return setter
@@ -131,7 +134,8 @@ class alone:
 def alone_for(model: torch.nn.Module, tokens: int) -> bool:
     """Should a forward of `model` over `tokens` tokens run `alone`? On the CPU, below ALONE_BELOW parameters x
     tokens (an int8 model's weights are buffers: counted too)."""
-    if next(model.parameters()).device.type != "cpu":
+    first = next(model.parameters(), None)
+    if first is None or first.device.type != "cpu":
         return False
     size = _sizes.get(model)
     if size is None:
